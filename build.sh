@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Builds ngx_http_ratelimit_module and runs it or its tests.
+#   ./build.sh            build build/ngx_http_ratelimit_module.so (same as ./build.sh build)
+#   ./build.sh run        build, start nginx on 127.0.0.1:8080 with examples/quickstart.conf
+#   ./build.sh test       build, run the GoogleTest suite, then prove t/
+#   ./build.sh asan       build build/asan/ngx_http_ratelimit_module.so with ASan+UBSan
+#   ./build.sh test-asan  run prove t/ against the sanitizer build
+#   ./build.sh bench      run tests/bench/run.sh (not a test)
+#   ./build.sh stop       stop the nginx started by run
+# NGINX_SRC=/path/to/nginx-source builds against that tree (configured --with-compat)
+# instead of Debian's nginx-dev.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BUILD="$ROOT/build"
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# Installs the Debian packages that provide the listed commands or files, if any is missing.
+ensure_packages() {
+    local missing=() item pkg
+    for item in "$@"; do
+        pkg=${item%%:*}
+        local probe=${item#*:}
+        if [[ $probe == /* ]]; then [[ -e $probe ]] && continue
+        else command -v "$probe" >/dev/null 2>&1 && continue; fi
+        missing+=("$pkg")
+    done
+    ((${#missing[@]})) || return 0
+    log "installing ${missing[*]}"
+    local sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build_deps() {
+    ensure_packages g++:g++ make:make \
+        nginx-dev:/usr/share/nginx/src/configure nginx-light:/usr/sbin/nginx \
+        libpcre2-dev:/usr/include/pcre2.h zlib1g-dev:/usr/include/zlib.h \
+        libssl-dev:/usr/include/openssl/ssl.h
+}
+
+test_deps() {
+    ensure_packages cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
+        perl:prove
+}
+
+# Configures (once per source tree and flags) and builds the module into $1 with extra cc opts $2.
+build_module() {
+    local out=$1 extra_cc=${2:-}
+    local src=${NGINX_SRC:-}
+    local flags=()
+    if [[ -z $src ]]; then
+        # Debian's nginx-dev ships headers and configure; configure writes into the tree, so copy it.
+        src="$BUILD/nginx-src"
+        if [[ ! -x $src/configure || /usr/share/nginx/src/configure -nt $src/configure ]]; then
+            rm -rf "$src"; mkdir -p "$BUILD"; cp -r /usr/share/nginx/src "$src"
+        fi
+        # shellcheck disable=SC1091
+        source /usr/share/nginx/src/conf_flags
+        flags=("${NGX_CONF_FLAGS[@]}")
+    else
+        src=$(cd "$src" && pwd)
+        flags=(--with-compat)
+    fi
+    local objs="$out/objs"
+    local cc_opt="-g -O2 -fPIC $extra_cc"
+    local stamp="$objs/.configured"
+    local want="$src ${flags[*]} $cc_opt $(cd "$ROOT" && cat config && ls src/*/*.cpp src/*/*.h)"
+    if [[ ! -f $stamp || $(cat "$stamp") != "$want" || ! -f $objs/Makefile ]]; then
+        log "configuring against $src"
+        mkdir -p "$out"
+        (cd "$src" && ./configure "${flags[@]}" --with-compat --builddir="$objs" \
+            --with-cc-opt="$cc_opt" --with-ld-opt="${extra_cc}" \
+            --add-dynamic-module="$ROOT" >"$out/configure.log" 2>&1) \
+            || { tail -30 "$out/configure.log"; exit 1; }
+        printf '%s' "$want" >"$stamp"
+    fi
+    log "building module"
+    (cd "$src" && make -s -j"$JOBS" -f "$objs/Makefile" modules)
+    cp "$objs/ngx_http_ratelimit_module.so" "$out/ngx_http_ratelimit_module.so"
+    log "built $out/ngx_http_ratelimit_module.so"
+}
+
+do_build() { build_deps; build_module "$BUILD"; }
+
+do_asan() {
+    build_deps
+    build_module "$BUILD/asan" "-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+}
+
+unit_tests() {
+    test_deps
+    log "GoogleTest"
+    cmake -S "$ROOT/tests" -B "$BUILD/tests" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build "$BUILD/tests" -j"$JOBS"
+    ctest --test-dir "$BUILD/tests" --output-on-failure
+}
+
+e2e_tests() {
+    log "prove t/"
+    (cd "$ROOT" && prove -I t/lib t/)
+}
+
+asan_env() {
+    export RATELIMIT_SO="$BUILD/asan/ngx_http_ratelimit_module.so"
+    LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
+    export LD_PRELOAD
+    export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$BUILD/asan/asan.log"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$BUILD/asan/ubsan.log"
+}
+
+do_run() {
+    do_build
+    local dir="$BUILD/run"
+    mkdir -p "$dir/logs"
+    do_stop_quiet
+    sed "s#load_module .*ngx_http_ratelimit_module.so;#load_module $BUILD/ngx_http_ratelimit_module.so;#" \
+        "$ROOT/examples/quickstart.conf" >"$dir/nginx.conf"
+    /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log"
+    log "nginx is running on http://127.0.0.1:8080/ (stop it with ./build.sh stop)"
+    sleep 0.3
+    local i code
+    for i in 1 2 3 4 5 6 7; do
+        code=$(curl -s -o /dev/null -D - http://127.0.0.1:8080/ | tr -d '\r' \
+            | awk 'NR==1{s=$2} tolower($1) ~ /^(ratelimit|retry-after):?$/ {h=h" "$0} END{print s h}')
+        printf 'request %d: %s\n' "$i" "$code"
+    done
+}
+
+do_stop_quiet() {
+    local pid="$BUILD/run/logs/nginx.pid"
+    if [[ -f $pid ]] && kill -0 "$(cat "$pid")" 2>/dev/null; then
+        /usr/sbin/nginx -p "$BUILD/run" -c "$BUILD/run/nginx.conf" -e "$BUILD/run/logs/error.log" -s quit || true
+        sleep 0.5
+    fi
+}
+
+cmd=${1:-build}
+case "$cmd" in
+    build) do_build ;;
+    run) ensure_packages curl:curl; do_run ;;
+    stop) do_stop_quiet ;;
+    test)
+        do_build
+        unit_tests
+        e2e_tests
+        ;;
+    unit) unit_tests ;;
+    prove) e2e_tests ;;
+    asan) do_asan ;;
+    test-asan)
+        do_asan
+        asan_env
+        e2e_tests
+        ;;
+    bench) do_build; ensure_packages wrk:wrk; "$ROOT/tests/bench/run.sh" ;;
+    *) echo "usage: $0 [build|run|stop|test|unit|prove|asan|test-asan|bench]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,26 @@
+// The six limiting algorithms and their names as written in nginx.conf.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace rl {
+
+enum class Algo : uint8_t {
+    gcra = 0,     // generic cell rate algorithm (continuous token bucket, one timestamp)
+    token = 1,    // token bucket: (tokens, last refill)
+    leaky = 2,    // leaky bucket as a meter: (level, last leak)
+    sliding = 3,  // sliding window counter: (window start, previous count, current count)
+    fixed = 4,    // fixed window aligned to multiples of the period
+    log = 5,      // exact sliding log of timestamps
+};
+
+constexpr int kAlgoCount = 6;
+
+// Parses "gcra", "token", ...; returns false on an unknown name.
+bool parse_algo(std::string_view name, Algo& out);
+std::string_view algo_name(Algo a);
+
+// Bucket algorithms honour burst; window algorithms count requests per period.
+constexpr bool is_bucket(Algo a) { return a == Algo::gcra || a == Algo::token || a == Algo::leaky; }
+
+}  // namespace rl

@@ -1,0 +1,17 @@
+#include "decide.h"
+
+namespace rl {
+
+Decision decide(const State& s, const Policy& p, int64_t now, int64_t cost, const int64_t* ring) {
+    switch (p.algo) {
+        case Algo::gcra: return decide_gcra(s, p, now, cost);
+        case Algo::token: return decide_token(s, p, now, cost);
+        case Algo::leaky: return decide_leaky(s, p, now, cost);
+        case Algo::fixed: return decide_fixed(s, p, now, cost);
+        case Algo::sliding: return decide_sliding(s, p, now, cost);
+        case Algo::log: return decide_log(s, ring, p, now, cost);
+    }
+    return Decision{};
+}
+
+}  // namespace rl

@@ -1,0 +1,30 @@
+#include "policy.h"
+
+#include <numeric>
+
+namespace rl {
+
+const char* finish_policy(Policy& p) {
+    if (p.requests < 1 || p.period_us < 1 || p.burst < 0) return "requests, period and burst must be positive";
+    // Every product the algorithms form is a sum of at most three terms of kBound.
+    constexpr int64_t kBound = kExact / 4;
+    if (p.requests >= kBound || p.period_us >= kBound) return "requests or period is too large";
+
+    int64_t g = std::gcd(p.requests, p.period_us);
+    p.refill = p.requests / g;
+    p.token = p.period_us / g;
+    if (is_bucket(p.algo)) {
+        if (p.burst >= kBound / p.token) return "burst is too large for this rate";
+        p.depth = (p.burst + 1) * p.token;
+    } else {
+        p.depth = p.requests;
+    }
+
+    // Sliding window: requests * weight_scale and period * weight_scale stay within kBound.
+    int64_t big = p.period_us > p.requests ? p.period_us : p.requests;
+    bool exact = p.period_us <= kBound / p.requests;
+    p.weight_scale = exact ? p.period_us : kBound / big;
+    return nullptr;
+}
+
+}  // namespace rl

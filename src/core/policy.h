@@ -1,0 +1,39 @@
+// What one limit allows: `requests` per `period_us`, plus `burst` for bucket algorithms,
+// and the derived integers every algorithm works with.
+//
+// All arithmetic stays below kExact (2^52) so that a Lua number (a double) in Redis holds
+// every intermediate value exactly: shared memory and Redis then decide identically.
+#pragma once
+#include <cstdint>
+#include "algorithm.h"
+
+namespace rl {
+
+constexpr int64_t kExact = int64_t{1} << 52;
+
+struct Policy {
+    Algo algo = Algo::gcra;
+    int64_t requests = 1;       // R >= 1
+    int64_t period_us = 1000000;  // P >= 1
+    int64_t burst = 0;          // >= 0; only for bucket algorithms
+
+    // Derived by finish_policy():
+    // Buckets keep a level in scaled units: a request costs `token` units, every
+    // microsecond drains `refill` units (requests/period reduced: refill/token exactly),
+    // and the bucket holds `depth` = (burst + 1) * token units.
+    int64_t refill = 1;
+    int64_t token = 1;
+    int64_t depth = 1;
+    // The sliding window weighs the previous window by (P - elapsed) / P, in steps of
+    // 1 / weight_scale: weight_scale == P (exact) unless P * R would leave kExact.
+    int64_t weight_scale = 1;
+
+    // The most a fresh key admits at once.
+    int64_t capacity() const { return is_bucket(algo) ? burst + 1 : requests; }
+};
+
+// Fills the derived fields. Returns nullptr, or why the policy cannot be kept exactly
+// (for the configuration's error message).
+const char* finish_policy(Policy& p);
+
+}  // namespace rl

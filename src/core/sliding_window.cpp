@@ -1,0 +1,98 @@
+// Sliding window counter: a = start of the current window, b = requests counted in the
+// previous window, c = in the current one. The estimate of the trailing period is
+//   prev * (period - elapsed) / period + cur
+// with the weight (period - elapsed) / period taken in steps of 1 / weight_scale (exact when
+// weight_scale == period). Everything is compared multiplied by weight_scale: no fractions.
+#include "decide.h"
+#include "exact_math.h"
+
+namespace rl {
+
+namespace {
+
+// floor((P - e) * Q / P): the previous window's weight at `elapsed`, in 1/Q.
+int64_t weight_at(const Policy& p, int64_t elapsed) {
+    int64_t left = p.period_us - elapsed;
+    if (p.weight_scale == p.period_us) return left;
+    return left * p.weight_scale / p.period_us;
+}
+
+// The first elapsed time in [from, period) at which prev * weight + (cur + cost) * Q fits
+// requests * Q, or -1 if none does in this window.
+int64_t first_fit(const Policy& p, int64_t prev, int64_t cur, int64_t cost, int64_t from) {
+    int64_t room = (p.requests - cur - cost) * p.weight_scale;  // what prev * weight may use
+    if (room < 0) return -1;
+    if (prev == 0) return from;
+    int64_t wmax = room / prev;  // the largest weight that fits
+    if (wmax >= p.weight_scale) return from;
+    int64_t at;
+    if (p.weight_scale == p.period_us) {
+        at = p.period_us - wmax;  // left <= wmax
+    } else {
+        // floor(left * Q / P) <= wmax  <=>  left < (wmax + 1) * P / Q
+        at = p.period_us - ceil_div((wmax + 1) * p.period_us, p.weight_scale) + 1;
+    }
+    if (at < from) at = from;
+    return at < p.period_us ? at : -1;
+}
+
+}  // namespace
+
+Decision decide_sliding(const State& s, const Policy& p, int64_t now, int64_t cost) {
+    Decision d;
+    d.limit = p.requests;
+    const int64_t period = p.period_us;
+    int64_t start = window_start(now, period);
+    int64_t prev = s.b < p.requests ? s.b : p.requests;
+    int64_t cur = s.c < p.requests ? s.c : p.requests;
+    int64_t back = 0;  // how far the clock went back behind the stored window
+    if (start <= s.a) {
+        // The same window, or the clock went back: count from the stored window's start,
+        // where the previous window still weighs its most.
+        if (start < s.a) {
+            back = s.a - now;
+            now = s.a;
+        }
+        start = s.a;
+    } else if (start == s.a + period) {
+        prev = cur;
+        cur = 0;
+    } else {
+        prev = cur = 0;
+    }
+    int64_t elapsed = now - start;
+    int64_t q = p.weight_scale;
+    int64_t weighted = prev * weight_at(p, elapsed);
+
+    if (cost == 0) {
+        d.allowed = true;
+    } else if (cost > p.requests) {
+        d.retry_after_us = kNever;
+    } else if (weighted + (cur + cost) * q <= p.requests * q) {
+        d.allowed = true;
+    } else {
+        int64_t at = first_fit(p, prev, cur, cost, elapsed);
+        if (at >= 0) {
+            d.retry_after_us = at - elapsed;
+        } else {
+            at = first_fit(p, cur, 0, cost, 0);  // the next window: cur becomes prev
+            d.retry_after_us = at >= 0 ? period - elapsed + at : 2 * period - elapsed;
+        }
+    }
+    int64_t after = d.allowed ? cur + cost : cur;
+    int64_t left = p.requests * q - weighted - after * q;
+    d.remaining = left > 0 ? left / q : 0;
+    d.reset_us = after > 0 ? 2 * period - elapsed : (prev > 0 ? period - elapsed : 0);
+    if (d.reset_us > 0) d.reset_us += back;
+    if (!d.allowed && d.retry_after_us != kNever) d.retry_after_us += back;
+    if (d.allowed && cost > 0) {
+        d.next.a = start;
+        d.next.b = prev;
+        d.next.c = after;
+    } else {
+        d.next = s;
+    }
+    return d;
+}
+
+}  // namespace rl

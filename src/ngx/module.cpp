@@ -1,0 +1,250 @@
+// Module definition: directives, configuration create/merge, phase and filter registration.
+#include "ratelimit.h"
+
+#include "core/rate.h"
+
+namespace {
+
+char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
+char* rl_algo_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
+void* rl_create_loc_conf(ngx_conf_t* cf) noexcept;
+char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
+ngx_int_t rl_preconfiguration(ngx_conf_t* cf) noexcept;
+ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept;
+
+ngx_conf_num_bounds_t rl_status_bounds = {ngx_conf_check_num_bounds, 400, 599};
+
+ngx_conf_enum_t rl_headers_modes[] = {
+    {ngx_string("off"), RL_HEADERS_OFF},
+    {ngx_string("on"), RL_HEADERS_ON},
+    {ngx_string("legacy"), RL_HEADERS_LEGACY},
+    {ngx_string("all"), RL_HEADERS_ALL},
+    {ngx_null_string, 0},
+};
+
+ngx_conf_enum_t rl_log_levels[] = {
+    {ngx_string("info"), NGX_LOG_INFO},
+    {ngx_string("notice"), NGX_LOG_NOTICE},
+    {ngx_string("warn"), NGX_LOG_WARN},
+    {ngx_string("error"), NGX_LOG_ERR},
+    {ngx_null_string, 0},
+};
+
+ngx_command_t rl_commands[] = {
+    {ngx_string("ratelimit_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE, rl_zone_directive, 0, 0,
+     nullptr},
+    {ngx_string("ratelimit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_1MORE,
+     rl_limit_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
+    {ngx_string("ratelimit_algo"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     rl_algo_directive, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, algo), nullptr},
+    {ngx_string("ratelimit_status"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, status), &rl_status_bounds},
+    {ngx_string("ratelimit_headers"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, headers), &rl_headers_modes},
+    {ngx_string("ratelimit_dry_run"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, dry_run), nullptr},
+    {ngx_string("ratelimit_log_level"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, log_level), &rl_log_levels},
+    ngx_null_command,
+};
+
+ngx_http_module_t rl_module_ctx = {
+    rl_preconfiguration,
+    rl_postconfiguration,
+    nullptr, nullptr,  // main conf
+    nullptr, nullptr,  // server conf
+    rl_create_loc_conf,
+    rl_merge_loc_conf,
+};
+
+// ratelimit zone=NAME [burst=N] [quantity=N|$variable]
+char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
+    auto* lcf = static_cast<rl_loc_conf_t*>(conf);
+    auto* args = static_cast<ngx_str_t*>(cf->args->elts);
+
+    rl_limit_t limit{};
+    limit.quantity = 1;
+    limit.file = cf->conf_file->file.name.data;
+    limit.line = cf->conf_file->line;
+
+    for (ngx_uint_t i = 1; i < cf->args->nelts; i++) {
+        ngx_str_t a = args[i];
+        std::string_view v;
+        auto value_of = [&](const char* prefix) {
+            size_t n = ngx_strlen(prefix);
+            if (a.len < n || ngx_strncmp(a.data, prefix, n) != 0) return false;
+            v = std::string_view(reinterpret_cast<char*>(a.data) + n, a.len - n);
+            return true;
+        };
+        if (value_of("zone=")) {
+            ngx_str_t name{v.size(), reinterpret_cast<u_char*>(const_cast<char*>(v.data()))};
+            if (name.len == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid zone name \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            limit.shm_zone = ngx_shared_memory_add(cf, &name, 0, &ngx_http_ratelimit_module);
+            if (limit.shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+        } else if (value_of("burst=")) {
+            if (!rl::parse_int(v, 0, rl::kMaxRequests, limit.burst)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid burst \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            limit.burst_set = true;
+        } else if (value_of("quantity=")) {
+            if (!v.empty() && v[0] == '$') {
+                ngx_str_t value{v.size(), reinterpret_cast<u_char*>(const_cast<char*>(v.data()))};
+                auto* cv = static_cast<ngx_http_complex_value_t*>(ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t)));
+                if (cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+                ngx_http_compile_complex_value_t ccv{};
+                ccv.cf = cf;
+                ccv.value = &value;
+                ccv.complex_value = cv;
+                if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
+                limit.quantity_cv = cv;
+            } else if (!rl::parse_int(v, 0, rl::kMaxRequests, limit.quantity)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid quantity \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &a);
+            return static_cast<char*>(NGX_CONF_ERROR);
+        }
+    }
+
+    if (limit.shm_zone == nullptr) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\" must have \"zone\" parameter", &args[0]);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+
+    if (lcf->limits == NGX_CONF_UNSET_PTR) {
+        lcf->limits = ngx_array_create(cf->pool, 2, sizeof(rl_limit_t));
+        if (lcf->limits == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+    }
+    auto* limits = static_cast<rl_limit_t*>(lcf->limits->elts);
+    for (ngx_uint_t i = 0; i < lcf->limits->nelts; i++) {
+        if (limits[i].shm_zone == limit.shm_zone) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "zone \"%V\" is already applied here",
+                               &limit.shm_zone->shm.name);
+            return static_cast<char*>(NGX_CONF_ERROR);
+        }
+    }
+    auto* slot = static_cast<rl_limit_t*>(ngx_array_push(lcf->limits));
+    if (slot == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+    *slot = limit;
+    return NGX_CONF_OK;
+}
+
+char* rl_algo_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
+    auto* lcf = static_cast<rl_loc_conf_t*>(conf);
+    auto* args = static_cast<ngx_str_t*>(cf->args->elts);
+    if (lcf->algo != NGX_CONF_UNSET_UINT) return const_cast<char*>("is duplicate");
+    rl::Algo algo;
+    if (!rl::parse_algo(std::string_view(reinterpret_cast<char*>(args[1].data), args[1].len), algo)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid algorithm \"%V\"", &args[1]);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+    lcf->algo = static_cast<ngx_uint_t>(algo);
+    return NGX_CONF_OK;
+}
+
+void* rl_create_loc_conf(ngx_conf_t* cf) noexcept {
+    auto* conf = static_cast<rl_loc_conf_t*>(ngx_pcalloc(cf->pool, sizeof(rl_loc_conf_t)));
+    if (conf == nullptr) return nullptr;
+    conf->limits = static_cast<ngx_array_t*>(NGX_CONF_UNSET_PTR);
+    conf->applied = nullptr;
+    conf->algo = NGX_CONF_UNSET_UINT;
+    conf->status = NGX_CONF_UNSET_UINT;
+    conf->headers = NGX_CONF_UNSET_UINT;
+    conf->dry_run = NGX_CONF_UNSET;
+    conf->log_level = NGX_CONF_UNSET_UINT;
+    return conf;
+}
+
+// Logs a configuration error found at merge time at the `ratelimit` line it concerns.
+void rl_limit_error(ngx_conf_t* cf, const rl_limit_t& l, const char* fmt, const rl_zone_t* zone, const char* why) {
+    ngx_str_t what = ngx_string("");
+    if (why != nullptr) {
+        what.data = reinterpret_cast<u_char*>(const_cast<char*>(why));
+        what.len = ngx_strlen(why);
+    }
+    if (zone == nullptr) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0, fmt, &l.shm_zone->shm.name, l.file, l.line);
+    } else {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0, fmt, &what, &zone->name, l.file, l.line);
+    }
+}
+
+// Turns this level's `ratelimit` lines into applied limits: each zone's policy under this
+// level's algorithm and the line's burst, checked and finished once, here.
+bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
+    conf->applied = nullptr;
+    if (conf->limits == nullptr) return true;
+    conf->applied = ngx_array_create(cf->pool, conf->limits->nelts, sizeof(rl_applied_t));
+    if (conf->applied == nullptr) return false;
+    auto* limits = static_cast<rl_limit_t*>(conf->limits->elts);
+    for (ngx_uint_t i = 0; i < conf->limits->nelts; i++) {
+        rl_limit_t& l = limits[i];
+        auto* zone = static_cast<rl_zone_t*>(l.shm_zone->data);
+        if (zone == nullptr) {
+            rl_limit_error(cf, l, "unknown ratelimit zone \"%V\" in %s:%ui", nullptr, nullptr);
+            return false;
+        }
+        rl::Policy p = zone->policy;
+        if (!zone->algo_set) p.algo = static_cast<rl::Algo>(conf->algo);
+        if (l.burst_set) p.burst = l.burst;
+        if (!rl::is_bucket(p.algo) && (l.burst_set || zone->burst_set)) {
+            rl_limit_error(cf, l, "\"burst\" is not supported by the \"%V\" algorithm (zone \"%V\") in %s:%ui",
+                           zone, rl::algo_name(p.algo).data());
+            return false;
+        }
+        if (const char* why = rl::finish_policy(p)) {
+            rl_limit_error(cf, l, "%V in ratelimit zone \"%V\" in %s:%ui", zone, why);
+            return false;
+        }
+        if (p.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, p, &l)) return false;
+        auto* a = static_cast<rl_applied_t*>(ngx_array_push(conf->applied));
+        if (a == nullptr) return false;
+        a->zone = zone;
+        a->limit = &l;
+        a->policy = p;
+    }
+    return true;
+}
+
+char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept {
+    auto* prev = static_cast<rl_loc_conf_t*>(parent);
+    auto* conf = static_cast<rl_loc_conf_t*>(child);
+
+    ngx_conf_merge_ptr_value(conf->limits, prev->limits, nullptr);
+    ngx_conf_merge_uint_value(conf->algo, prev->algo, static_cast<ngx_uint_t>(rl::Algo::gcra));
+    ngx_conf_merge_uint_value(conf->status, prev->status, 429);
+    ngx_conf_merge_uint_value(conf->headers, prev->headers, static_cast<ngx_uint_t>(RL_HEADERS_ON));
+    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+
+    if (!rl_build_applied(cf, conf)) return static_cast<char*>(NGX_CONF_ERROR);
+    return NGX_CONF_OK;
+}
+
+ngx_int_t rl_preconfiguration(ngx_conf_t* cf) noexcept { return rl_add_variables(cf); }
+
+ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept {
+    auto* cmcf = static_cast<ngx_http_core_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module));
+    auto* h = static_cast<ngx_http_handler_pt*>(ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers));
+    if (h == nullptr) return NGX_ERROR;
+    *h = rl_access_handler;
+    return rl_header_filter_init(cf);
+}
+
+}  // namespace
+
+extern "C" {
+ngx_module_t ngx_http_ratelimit_module = {
+    NGX_MODULE_V1,
+    &rl_module_ctx,
+    rl_commands,
+    NGX_HTTP_MODULE,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    NGX_MODULE_V1_PADDING,
+};
+}

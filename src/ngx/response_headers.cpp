@@ -1,0 +1,92 @@
+// Header filter: RateLimit-Policy / RateLimit, X-RateLimit-*, Retry-After, on every response
+// of a main request that a limit applied to, allowed or rejected.
+#include "ratelimit.h"
+
+#include "core/headers.h"
+
+namespace {
+
+ngx_http_output_header_filter_pt rl_next_header_filter;
+
+// Adds a response header whose value is `len` bytes at `data` (owned by the request's pool).
+bool add_header(ngx_http_request_t* r, const char* name, u_char* data, size_t len) {
+    auto* h = static_cast<ngx_table_elt_t*>(ngx_list_push(&r->headers_out.headers));
+    if (h == nullptr) return false;
+    ngx_memzero(h, sizeof(ngx_table_elt_t));
+    h->hash = 1;
+    h->key.len = ngx_strlen(name);
+    h->key.data = reinterpret_cast<u_char*>(const_cast<char*>(name));
+    h->value.len = len;
+    h->value.data = data;
+    return true;
+}
+
+bool add_number(ngx_http_request_t* r, const char* name, int64_t v) {
+    auto* buf = static_cast<u_char*>(ngx_pnalloc(r->pool, NGX_INT64_LEN));
+    if (buf == nullptr) return false;
+    return add_header(r, name, buf, ngx_sprintf(buf, "%L", v) - buf);
+}
+
+rl::HeaderItem item_of(const rl_result_t& res) {
+    rl::HeaderItem it;
+    const rl_zone_t* zone = res.applied->zone;
+    it.name = std::string_view(reinterpret_cast<const char*>(zone->name.data), zone->name.len);
+    it.quota = res.applied->policy.requests;
+    it.window_s = rl::ceil_seconds(res.applied->policy.period_us);
+    it.remaining = res.decision.remaining;
+    it.reset_s = rl::ceil_seconds(res.decision.reset_us);
+    return it;
+}
+
+// Formats one structured-field list header into the request's pool.
+bool add_list(ngx_http_request_t* r, const char* name, const rl::HeaderItem* items, size_t n,
+              size_t (*format)(char*, const rl::HeaderItem*, size_t)) {
+    auto* buf = static_cast<char*>(ngx_pnalloc(r->pool, rl::header_max_len(items, n)));
+    if (buf == nullptr) return false;
+    return add_header(r, name, reinterpret_cast<u_char*>(buf), format(buf, items, n));
+}
+
+bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
+    const rl_result_t& decider = ctx->results[ctx->decider];
+    if (ctx->status == RL_STATUS_REJECTED) {
+        int64_t wait = ctx->retry_after_us == rl::kNever ? decider.applied->policy.period_us : ctx->retry_after_us;
+        if (!add_number(r, "Retry-After", rl::retry_after_seconds(wait))) return false;
+    }
+    if (ctx->headers & RL_HEADERS_ON) {
+        constexpr ngx_uint_t kInline = 8;
+        rl::HeaderItem inline_items[kInline];
+        rl::HeaderItem* items = inline_items;
+        if (ctx->nresults > kInline) {
+            items = static_cast<rl::HeaderItem*>(ngx_palloc(r->pool, ctx->nresults * sizeof(rl::HeaderItem)));
+            if (items == nullptr) return false;
+        }
+        for (ngx_uint_t i = 0; i < ctx->nresults; i++) items[i] = item_of(ctx->results[i]);
+        if (!add_list(r, "RateLimit-Policy", items, ctx->nresults, rl::format_policy)) return false;
+        if (!add_list(r, "RateLimit", items, ctx->nresults, rl::format_state)) return false;
+    }
+    if (ctx->headers & RL_HEADERS_LEGACY) {
+        rl::HeaderItem it = item_of(decider);
+        if (!add_number(r, "X-RateLimit-Limit", it.quota) || !add_number(r, "X-RateLimit-Remaining", it.remaining) ||
+            !add_number(r, "X-RateLimit-Reset", it.reset_s)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+ngx_int_t rl_header_filter(ngx_http_request_t* r) noexcept {
+    if (r != r->main) return rl_next_header_filter(r);
+    rl_ctx_t* ctx = rl_get_ctx(r);
+    if (ctx == nullptr || ctx->headers_done || ctx->decider < 0) return rl_next_header_filter(r);
+    ctx->headers_done = true;
+    if (!add_headers(r, ctx)) return NGX_ERROR;
+    return rl_next_header_filter(r);
+}
+
+}  // namespace
+
+ngx_int_t rl_header_filter_init(ngx_conf_t*) noexcept {
+    rl_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = rl_header_filter;
+    return NGX_OK;
+}

@@ -1,0 +1,291 @@
+// ratelimit_zone: parsing, the shared-memory table (created once, reused across reloads),
+// and all-or-nothing decisions over several zones under their locks.
+#include "ratelimit.h"
+
+#include "core/rate.h"
+
+namespace {
+
+constexpr size_t kDefaultZoneSize = 1024 * 1024;
+
+// Bytes of a zone the table can use: the slab pool keeps a header and a page descriptor per page.
+size_t usable_bytes(size_t zone_size) {
+    size_t per_page = ngx_pagesize + sizeof(ngx_slab_page_t);
+    size_t pages = (zone_size - sizeof(ngx_slab_pool_t)) / per_page;
+    return pages > 1 ? (pages - 1) * ngx_pagesize : 0;  // one page lost to alignment at most
+}
+
+uint32_t zone_slot_size(const rl_zone_t* zone) {
+    rl::Policy p = zone->policy;
+    p.algo = rl::Algo::log;
+    return rl::slot_size_for(zone->uses_log ? rl::ring_bytes(p) : 0);
+}
+
+ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
+    auto* zone = static_cast<rl_zone_t*>(shm_zone->data);
+    auto* old = static_cast<rl_zone_t*>(data);
+    uint32_t slot_size = zone_slot_size(zone);
+
+    if (old != nullptr) {  // reload: same name and size, so nginx kept the memory
+        zone->shpool = old->shpool;
+        zone->block = old->block;
+        zone->block_bytes = old->block_bytes;
+        if (rl::table_compatible(old->table, slot_size)) {
+            zone->table = old->table;
+            return NGX_OK;
+        }
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "ratelimit zone \"%V\": sliding log use changed, its state is reset", &zone->name);
+    } else {
+        zone->shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
+        if (shm_zone->shm.exists) {
+            zone->block = zone->shpool->data;
+            zone->block_bytes = usable_bytes(shm_zone->shm.size);
+        } else {
+            // One allocation as large as the fresh pool allows: the table never allocates again.
+            zone->shpool->log_nomem = 0;  // the tries below that do not fit are expected
+            for (ngx_uint_t pages = zone->shpool->pfree; pages > 0 && zone->block == nullptr; pages--) {
+                zone->block = ngx_slab_alloc(zone->shpool, pages * ngx_pagesize);
+                zone->block_bytes = pages * ngx_pagesize;
+            }
+            if (zone->block == nullptr) {
+                ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0, "ratelimit zone \"%V\" has no room", &zone->name);
+                return NGX_ERROR;
+            }
+            zone->shpool->data = zone->block;
+        }
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    zone->table = rl::table_format(zone->block, zone->block_bytes, slot_size);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+    if (zone->table == nullptr) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "ratelimit zone \"%V\" is too small for one key of %uD bytes", &zone->name, slot_size);
+        return NGX_ERROR;
+    }
+    ngx_log_error(NGX_LOG_INFO, shm_zone->shm.log, 0, "ratelimit zone \"%V\": %uD keys of %uD bytes",
+                  &zone->name, zone->table->nslots, slot_size);
+    return NGX_OK;
+}
+
+bool value_of(const ngx_str_t& arg, const char* prefix, std::string_view& v) {
+    size_t n = ngx_strlen(prefix);
+    if (arg.len < n || ngx_strncmp(arg.data, prefix, n) != 0) return false;
+    v = std::string_view(reinterpret_cast<const char*>(arg.data) + n, arg.len - n);
+    return true;
+}
+
+}  // namespace
+
+// ratelimit_zone NAME key=STRING (rate=R | requests=N period=T) [burst=N] [size=S] [algo=A]
+char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void*) noexcept {
+    auto* args = static_cast<ngx_str_t*>(cf->args->elts);
+    auto* zone = static_cast<rl_zone_t*>(ngx_pcalloc(cf->pool, sizeof(rl_zone_t)));
+    if (zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+    zone->name = args[1];
+    // The name appears in response headers and Redis keys: keep it to a safe alphabet.
+    for (size_t i = 0; i < zone->name.len; i++) {
+        u_char ch = zone->name.data[i];
+        if (!(isalnum(ch) || ch == '_' || ch == '-' || ch == '.')) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid zone name \"%V\": only letters, digits, \"_\", \"-\" and \".\" are allowed",
+                               &zone->name);
+            return static_cast<char*>(NGX_CONF_ERROR);
+        }
+    }
+
+    bool have_key = false, have_rate = false, have_requests = false, have_period = false;
+    size_t size = kDefaultZoneSize;
+
+    for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
+        ngx_str_t& a = args[i];
+        std::string_view v;
+        if (value_of(a, "key=", v)) {
+            ngx_str_t value{v.size(), a.data + 4};
+            ngx_http_compile_complex_value_t ccv{};
+            ccv.cf = cf;
+            ccv.value = &value;
+            ccv.complex_value = &zone->key;
+            if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
+            have_key = true;
+        } else if (value_of(a, "rate=", v)) {
+            if (!rl::parse_rate(v, zone->policy.requests, zone->policy.period_us)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid rate \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            have_rate = true;
+        } else if (value_of(a, "requests=", v)) {
+            if (!rl::parse_int(v, 1, rl::kMaxRequests, zone->policy.requests)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid requests \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            have_requests = true;
+        } else if (value_of(a, "period=", v)) {
+            if (!rl::parse_duration(v, zone->policy.period_us)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid period \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            have_period = true;
+        } else if (value_of(a, "burst=", v)) {
+            if (!rl::parse_int(v, 0, rl::kMaxRequests, zone->policy.burst)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid burst \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            zone->burst_set = true;
+        } else if (value_of(a, "size=", v)) {
+            ngx_str_t s{v.size(), a.data + 5};
+            ssize_t n = ngx_parse_size(&s);
+            if (n == NGX_ERROR) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid size \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            if (n < static_cast<ssize_t>(8 * ngx_pagesize)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "zone \"%V\" is too small", &zone->name);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            size = static_cast<size_t>(n);
+        } else if (value_of(a, "algo=", v)) {
+            if (!rl::parse_algo(v, zone->policy.algo)) {
+                ngx_str_t name{v.size(), a.data + 5};
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid algorithm \"%V\"", &name);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            zone->algo_set = true;
+        } else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &a);
+            return static_cast<char*>(NGX_CONF_ERROR);
+        }
+    }
+
+    if (!have_key) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"key\" is required in ratelimit zone \"%V\"", &zone->name);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+    if (have_rate == (have_requests && have_period) || have_requests != have_period) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"rate\" or \"requests\" and \"period\" are required in ratelimit zone \"%V\", "
+                           "not both", &zone->name);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+    if (zone->algo_set && zone->burst_set && !rl::is_bucket(zone->policy.algo)) {
+        std::string_view name = rl::algo_name(zone->policy.algo);
+        ngx_str_t algo{name.size(), reinterpret_cast<u_char*>(const_cast<char*>(name.data()))};
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"burst\" is not supported by the \"%V\" algorithm", &algo);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+
+    rl::Policy check = zone->policy;
+    if (!zone->algo_set) check.algo = rl::Algo::gcra;
+    if (const char* why = rl::finish_policy(check)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratelimit zone \"%V\": %s", &zone->name, why);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+
+    ngx_shm_zone_t* shm_zone = ngx_shared_memory_add(cf, &zone->name, size, &ngx_http_ratelimit_module);
+    if (shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+    if (shm_zone->data != nullptr) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate zone \"%V\"", &zone->name);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+    zone->shm_zone = shm_zone;
+    shm_zone->init = rl_init_zone;
+    shm_zone->data = zone;
+
+    if (zone->algo_set && zone->policy.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, zone->policy, nullptr)) {
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+    return NGX_CONF_OK;
+}
+
+bool rl_zone_check_log_fits(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy,
+                            const rl_limit_t* where) noexcept {
+    zone->uses_log = true;
+    uint32_t slot = rl::slot_size_for(rl::ring_bytes(policy));
+    if (rl::table_capacity(usable_bytes(zone->shm_zone->shm.size), slot) > 0) return true;
+    if (where == nullptr) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key)",
+                           &zone->name, policy.requests, slot);
+    } else {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key) in %s:%ui",
+                      &zone->name, policy.requests, slot, where->file, where->line);
+    }
+    return false;
+}
+
+namespace {
+
+int64_t now_us() {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+}  // namespace
+
+bool rl_decide_all(rl_result_t* results, ngx_uint_t n, void** scratch) noexcept {
+    auto** slots = reinterpret_cast<rl::Slot**>(scratch);
+    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
+
+    // Lock each distinct zone once, in address order, so two requests never wait on each other.
+    ngx_uint_t nlocks = 0;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        ngx_slab_pool_t* p = results[i].applied->zone->shpool;
+        ngx_uint_t j = 0;
+        while (j < nlocks && locks[j] < p) j++;
+        if (j < nlocks && locks[j] == p) continue;
+        for (ngx_uint_t k = nlocks; k > j; k--) locks[k] = locks[k - 1];
+        locks[j] = p;
+        nlocks++;
+    }
+    for (ngx_uint_t i = 0; i < nlocks; i++) ngx_shmtx_lock(&locks[i]->mutex);
+
+    // The clock is read under the locks: decisions on a zone then see time in lock order.
+    int64_t now = now_us();
+    bool all_allowed = true;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        rl_result_t& res = results[i];
+        rl::Policy policy = res.applied->policy;
+        rl::TableHeader* table = res.applied->zone->table;
+        int64_t* ring = nullptr;
+        slots[i] = rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
+        if (policy.algo == rl::Algo::log) {
+            // An old worker finishing its requests during a reload may see a table laid out by
+            // the new configuration: it must never use more ring than a slot has.
+            if (static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
+                res.decision = rl::Decision{};
+                res.decision.allowed = true;
+                res.decision.limit = policy.requests;
+                slots[i] = nullptr;
+                continue;
+            }
+            ring = rl::slot_ring(slots[i]);
+        }
+        res.decision = rl::decide(slots[i]->state, policy, now, res.cost, ring);
+        all_allowed = all_allowed && res.decision.allowed;
+    }
+    if (!all_allowed) {
+        // Nothing is consumed: the limits that would have allowed report their untouched state.
+        for (ngx_uint_t i = 0; i < n; i++) {
+            rl_result_t& res = results[i];
+            if (!res.decision.allowed || slots[i] == nullptr) continue;
+            const rl::Policy& policy = res.applied->policy;
+            const int64_t* ring = policy.algo == rl::Algo::log ? rl::slot_ring(slots[i]) : nullptr;
+            res.decision = rl::decide(slots[i]->state, policy, now, 0, ring);
+        }
+    } else {
+        for (ngx_uint_t i = 0; i < n; i++) {
+            if (slots[i] == nullptr) continue;
+            const rl::Policy& policy = results[i].applied->policy;
+            if (policy.algo == rl::Algo::log) {
+                rl::commit_log(results[i].decision, rl::slot_ring(slots[i]), policy, results[i].cost);
+            }
+            slots[i]->state = results[i].decision.next;
+        }
+    }
+
+    for (ngx_uint_t i = nlocks; i > 0; i--) ngx_shmtx_unlock(&locks[i - 1]->mutex);
+    return all_allowed;
+}

@@ -1,0 +1,147 @@
+// The shared-memory slot table: lookup, exact LRU eviction, layout bounds.
+#include "core/slot_table.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+rl::KeyHash h(uint64_t i) { return rl::KeyHash{i * 0x9e3779b97f4a7c15ULL + 1, i}; }
+
+struct Block {
+    explicit Block(size_t n) : mem(n / 8 + 1) {}
+    void* data() { return mem.data(); }
+    std::vector<uint64_t> mem;
+};
+
+TEST(SlotTable, SlotIs56BytesAndAKeyCostsAbout60) {
+    EXPECT_EQ(sizeof(rl::Slot), 56u);
+    uint32_t n = rl::table_capacity(1 << 20, rl::slot_size_for(0));
+    // 1 MiB / (56 + 4) bytes, less the header.
+    EXPECT_GE(n, 17000u);
+    EXPECT_LE(n, 18725u);
+}
+
+TEST(SlotTable, FindsWhatItCreated) {
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0));
+    ASSERT_NE(t, nullptr);
+    bool fresh = false;
+    rl::Slot* s = rl::table_acquire(t, h(1), 0, &fresh);
+    EXPECT_TRUE(fresh);
+    s->state.a = 42;
+    rl::Slot* again = rl::table_acquire(t, h(1), 0, &fresh);
+    EXPECT_FALSE(fresh);
+    EXPECT_EQ(again, s);
+    EXPECT_EQ(again->state.a, 42);
+}
+
+TEST(SlotTable, SameKeyUnderTwoAlgorithmsHasTwoStates) {
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0));
+    rl::Slot* a = rl::table_acquire(t, h(7), 0, nullptr);
+    rl::Slot* f = rl::table_acquire(t, h(7), 4, nullptr);
+    EXPECT_NE(a, f);
+    a->state.a = 1;
+    f->state.a = 2;
+    EXPECT_EQ(rl::table_acquire(t, h(7), 0, nullptr)->state.a, 1);
+    EXPECT_EQ(rl::table_acquire(t, h(7), 4, nullptr)->state.a, 2);
+}
+
+TEST(SlotTable, HashesDifferingInOneHalfAreDistinctKeys) {
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0));
+    rl::Slot* x = rl::table_acquire(t, rl::KeyHash{5, 1}, 0, nullptr);
+    rl::Slot* y = rl::table_acquire(t, rl::KeyHash{5, 2}, 0, nullptr);
+    EXPECT_NE(x, y);
+}
+
+TEST(SlotTable, FullTableEvictsTheLeastRecentlyUsed) {
+    Block b(16 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 16 * 1024, rl::slot_size_for(0));
+    ASSERT_NE(t, nullptr);
+    const uint32_t n = t->nslots;
+    ASSERT_GT(n, 10u);
+    for (uint64_t i = 0; i < n; i++) rl::table_acquire(t, h(i), 0, nullptr)->state.a = static_cast<int64_t>(i) + 1;
+    // Touch key 0 so key 1 becomes the least recently used.
+    EXPECT_EQ(rl::table_acquire(t, h(0), 0, nullptr)->state.a, 1);
+    bool fresh = false;
+    rl::table_acquire(t, h(n), 0, &fresh);
+    EXPECT_TRUE(fresh);
+    EXPECT_EQ(t->evictions, 1u);
+    EXPECT_EQ(rl::table_acquire(t, h(0), 0, &fresh)->state.a, 1);
+    EXPECT_FALSE(fresh);
+    for (uint64_t i = 2; i < n; i++) {
+        EXPECT_EQ(rl::table_acquire(t, h(i), 0, &fresh)->state.a, static_cast<int64_t>(i) + 1) << i;
+        EXPECT_FALSE(fresh);
+    }
+    rl::Slot* gone = rl::table_acquire(t, h(1), 0, &fresh);  // it was evicted: a fresh key again
+    EXPECT_TRUE(fresh);
+    EXPECT_EQ(gone->state.a, 0);
+}
+
+TEST(SlotTable, ChurnKeepsEveryLiveKeyReachable) {
+    // Random traffic over more keys than fit: after each step the last `n` distinct keys touched
+    // must all be present with their own values (exact LRU).
+    Block b(8 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 8 * 1024, rl::slot_size_for(0));
+    const uint32_t n = t->nslots;
+    std::mt19937_64 rng(1);
+    std::vector<uint64_t> recent;  // most recent last, distinct
+    for (int step = 0; step < 20000; step++) {
+        uint64_t k = rng() % (3 * n);
+        rl::Slot* s = rl::table_acquire(t, h(k), 0, nullptr);
+        s->state.b = static_cast<int64_t>(k);
+        for (size_t i = 0; i < recent.size(); i++) {
+            if (recent[i] == k) { recent.erase(recent.begin() + static_cast<long>(i)); break; }
+        }
+        recent.push_back(k);
+        if (recent.size() > n) recent.erase(recent.begin());
+    }
+    for (uint64_t k : recent) {
+        bool fresh = true;
+        rl::Slot* s = rl::table_acquire(t, h(k), 0, &fresh);
+        ASSERT_FALSE(fresh) << k;
+        EXPECT_EQ(s->state.b, static_cast<int64_t>(k));
+    }
+}
+
+TEST(SlotTable, RingFollowsTheSlotAndStartsZeroed) {
+    const uint32_t size = rl::slot_size_for(100 * sizeof(int64_t));
+    EXPECT_EQ(size, 56u + 800u);
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, size);
+    ASSERT_NE(t, nullptr);
+    rl::Slot* s = rl::table_acquire(t, h(3), 5, nullptr);
+    int64_t* ring = rl::slot_ring(s);
+    for (int i = 0; i < 100; i++) EXPECT_EQ(ring[i], 0);
+    for (int i = 0; i < 100; i++) ring[i] = -1;
+    rl::Slot* other = rl::table_acquire(t, h(4), 5, nullptr);
+    for (int i = 0; i < 100; i++) EXPECT_EQ(rl::slot_ring(other)[i], 0);
+    EXPECT_EQ(rl::slot_ring(s)[99], -1);
+}
+
+TEST(SlotTable, TooSmallBlocksHoldNothing) {
+    EXPECT_EQ(rl::table_capacity(64, rl::slot_size_for(0)), 0u);
+    EXPECT_EQ(rl::table_capacity(1 << 20, rl::slot_size_for(8ull << 20)), 0u);
+    std::vector<uint64_t> tiny(8);
+    EXPECT_EQ(rl::table_format(tiny.data(), 64, rl::slot_size_for(0)), nullptr);
+}
+
+TEST(SlotTable, LayoutStaysInsideTheBlock) {
+    for (size_t bytes : {size_t{4096}, size_t{32768}, size_t{100000}, size_t{1} << 20}) {
+        for (uint32_t ring : {0u, 8u, 800u}) {
+            uint32_t ss = rl::slot_size_for(ring);
+            std::vector<uint8_t> mem(bytes + 64, 0xAB);
+            rl::TableHeader* t = rl::table_format(mem.data(), bytes, ss);
+            if (!t) continue;
+            for (uint64_t i = 0; i < uint64_t{t->nslots} * 2; i++) rl::table_acquire(t, h(i), 0, nullptr);
+            for (size_t i = bytes; i < bytes + 64; i++) ASSERT_EQ(mem[i], 0xAB) << bytes << " " << ring;
+        }
+    }
+}
+
+}  // namespace
