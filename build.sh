@@ -40,7 +40,7 @@ build_deps() {
     ensure_packages g++:g++ make:make \
         nginx-dev:/usr/share/nginx/src/configure nginx-light:/usr/sbin/nginx \
         libpcre2-dev:/usr/include/pcre2.h zlib1g-dev:/usr/include/zlib.h \
-        libssl-dev:/usr/include/openssl/ssl.h
+        libssl-dev:/usr/include/openssl/ssl.h libhiredis-dev:/usr/include/hiredis/hiredis.h
 }
 
 test_deps() {
@@ -154,8 +154,15 @@ case "$cmd" in
     asan) do_asan ;;
     test-asan)
         do_asan
+        rm -f "$BUILD"/asan/asan.log* "$BUILD"/asan/ubsan.log*
         asan_env
         e2e_tests
+        # A sanitizer report kills only the worker that hit it: the reports are the verdict.
+        if compgen -G "$BUILD/asan/*san.log*" >/dev/null; then
+            cat "$BUILD"/asan/*san.log* >&2
+            log "sanitizer reports above"
+            exit 1
+        fi
         ;;
     bench) do_build; ensure_packages wrk:wrk; "$ROOT/tests/bench/run.sh" ;;
     *) echo "usage: $0 [build|run|stop|test|unit|prove|asan|test-asan|bench]" >&2; exit 2 ;;

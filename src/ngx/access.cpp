@@ -1,23 +1,35 @@
 // The pre-access phase handler: evaluates every applied limit once per main request.
+// Shared-memory limits are decided at once; Redis limits are sent, and the request waits
+// (without blocking the worker) until Redis answers or its timeout passes.
 #include "ratelimit.h"
 
 #include "core/rate.h"
 
 namespace {
 
-// Marks the pool cleanup that holds the context, so it is found again after an internal
-// redirect wipes the module contexts (the same way the realip module keeps its own).
-void rl_ctx_cleanup(void*) noexcept {}
+// The pool cleanup that holds the context: it is found again after an internal redirect
+// wipes the module contexts (as the realip module keeps its own), and it stops any wait
+// when the request goes away.
+void rl_ctx_cleanup(void* data) noexcept {
+    auto* ctx = static_cast<rl_ctx_t*>(data);
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+    if (ctx->wake.posted) {
+        ngx_delete_posted_event(&ctx->wake);
+    }
+    rl_redis_abandon(ctx);
+}
 
 std::string_view sv(const ngx_str_t& s) { return {reinterpret_cast<const char*>(s.data), s.len}; }
 
 int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, const rl_zone_t* zone) {
-    // Costs above what a limit can ever admit are rejected by the algorithm (kNever).
     if (limit.quantity_cv == nullptr) return limit.quantity;
     ngx_str_t value;
     if (ngx_http_complex_value(r, limit.quantity_cv, &value) != NGX_OK) return 1;
     int64_t cost;
     if (value.len == 0) return 1;
+    // Costs above what a limit can ever admit are rejected by the algorithm (kNever).
     if (!rl::parse_int(sv(value), 0, rl::kMaxRequests, cost)) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "ratelimit zone \"%V\": invalid quantity \"%V\", counted as 1", &zone->name, &value);
@@ -26,12 +38,13 @@ int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, const rl_zo
     return cost;
 }
 
-// Rejected requests: the zone that takes longest to admit again decides.
+
+// Rejected requests: the limit that takes longest to admit again decides.
 ngx_int_t pick_rejecting(const rl_result_t* res, ngx_uint_t n, int64_t* retry_us) {
     ngx_int_t best = -1;
     int64_t longest = 0;
     for (ngx_uint_t i = 0; i < n; i++) {
-        if (res[i].decision.allowed) continue;
+        if (!rl_decided(res[i]) || res[i].decision.allowed) continue;
         int64_t wait = res[i].decision.retry_after_us;
         if (wait == rl::kNever) wait = INT64_MAX;
         if (best < 0 || wait > longest) {
@@ -43,11 +56,12 @@ ngx_int_t pick_rejecting(const rl_result_t* res, ngx_uint_t n, int64_t* retry_us
     return best;
 }
 
-// Allowed requests: the most restrictive zone (fewest remaining) decides.
+// Allowed requests: the most restrictive limit (fewest remaining) decides.
 ngx_int_t pick_most_restrictive(const rl_result_t* res, ngx_uint_t n) {
-    ngx_int_t best = 0;
-    for (ngx_uint_t i = 1; i < n; i++) {
-        if (res[i].decision.remaining < res[best].decision.remaining) best = static_cast<ngx_int_t>(i);
+    ngx_int_t best = -1;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        if (!rl_decided(res[i])) continue;
+        if (best < 0 || res[i].decision.remaining < res[best].decision.remaining) best = static_cast<ngx_int_t>(i);
     }
     return best;
 }
@@ -66,6 +80,35 @@ void log_rejection(ngx_http_request_t* r, const rl_loc_conf_t* lcf, const rl_res
                   lcf->dry_run ? " (dry run)" : "", &zone->name, ms / 1000, ms % 1000);
 }
 
+// The results of one store, as the pointer list rl_decide_all and rl_refund_all take.
+ngx_uint_t select_results(rl_ctx_t* ctx, rl_store_e store, rl_result_t** out) {
+    ngx_uint_t m = 0;
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        if (ctx->results[i].store == store) out[m++] = &ctx->results[i];
+    }
+    return m;
+}
+
+void** scratch_of(rl_ctx_t* ctx) { return reinterpret_cast<void**>(ctx->results + ctx->nresults); }
+rl_result_t** list_of(rl_ctx_t* ctx) { return reinterpret_cast<rl_result_t**>(scratch_of(ctx) + 2 * ctx->nresults); }
+
+// Resumes a request that waited for Redis: its phases run again from this handler.
+void rl_wake(ngx_event_t* ev) noexcept {
+    auto* ctx = static_cast<rl_ctx_t*>(ev->data);
+    ngx_http_request_t* r = ctx->r;
+    ngx_connection_t* c = r->connection;
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+void rl_timeout(ngx_event_t* ev) noexcept {
+    auto* ctx = static_cast<rl_ctx_t*>(ev->data);
+    rl_redis_abandon(ctx);  // pending calls fail: on_error applies to their limits
+    rl_redis_finished(ctx);
+}
+
 }  // namespace
 
 rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept {
@@ -82,42 +125,100 @@ rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept {
     return nullptr;
 }
 
+void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
+    ngx_http_request_t* r = ctx->r;
+    ngx_uint_t n = ctx->nresults;
+    rl_result_t* res = ctx->results;
+    bool failed = false, rejected = false;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        failed = failed || res[i].store == RL_STORE_FAILED;
+        rejected = rejected || (rl_decided(res[i]) && !res[i].decision.allowed);
+    }
+
+    if (failed && lcf->on_error == RL_ON_ERROR_LOCAL && !rejected) {
+        // Redis did not answer: its limits are decided in their zones' shared memory, so
+        // limits degrade to per-host instead of vanishing.
+        for (ngx_uint_t i = 0; i < n; i++) {
+            if (res[i].store == RL_STORE_FAILED) res[i].store = RL_STORE_LOCAL;
+        }
+        rl_result_t** list = list_of(ctx);
+        ngx_uint_t m = select_results(ctx, RL_STORE_LOCAL, list);
+        rejected = !rl_decide_all(list, m, scratch_of(ctx));
+    }
+    bool denied = failed && lcf->on_error == RL_ON_ERROR_DENY;
+
+    if ((rejected || denied) && !lcf->dry_run) {
+        // All or nothing: what the other stores consumed for this request is given back.
+        rl_result_t** list = list_of(ctx);
+        ngx_uint_t m = select_results(ctx, RL_STORE_SHM, list);
+        m += select_results(ctx, RL_STORE_LOCAL, list + m);
+        rl_refund_all(list, m, scratch_of(ctx));
+        rl_redis_refund(ctx);
+    }
+
+    ctx->verdict = NGX_DECLINED;
+    if (rejected) {
+        ctx->decider = pick_rejecting(res, n, &ctx->retry_after_us);
+        for (ngx_uint_t i = 0; i < n; i++) {
+            if (rl_decided(res[i]) && !res[i].decision.allowed) log_rejection(r, lcf, res[i]);
+        }
+        ctx->status = lcf->dry_run ? RL_STATUS_REJECTED_DRY_RUN : RL_STATUS_REJECTED;
+        if (!lcf->dry_run) ctx->verdict = static_cast<ngx_int_t>(lcf->status);
+    } else {
+        ctx->decider = pick_most_restrictive(res, n);
+        ctx->status = RL_STATUS_PASSED;
+        if (denied && !lcf->dry_run) ctx->verdict = NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
+    if (failed) ctx->status = RL_STATUS_ERROR;
+}
+
 ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
     if (r->main != r) return NGX_DECLINED;  // subrequests ride on their main request's verdict
 
     auto* lcf = static_cast<rl_loc_conf_t*>(ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module));
     if (lcf->applied == nullptr) return NGX_DECLINED;
-    if (rl_get_ctx(r) != nullptr) return NGX_DECLINED;  // counted once, not again after a redirect
+    if (rl_ctx_t* ctx = rl_get_ctx(r)) {
+        if (ctx->phase == RL_PHASE_WAITING) return NGX_AGAIN;
+        if (ctx->phase == RL_PHASE_DECIDED) {
+            ctx->phase = RL_PHASE_RETURNED;
+            return ctx->verdict;
+        }
+        return NGX_DECLINED;  // counted once, not again after a redirect
+    }
 
-    // One allocation holds the context, the results and the locking scratch space.
+    // One allocation holds the context, the results, the locking scratch and a result list.
     ngx_uint_t n = lcf->applied->nelts;
-    size_t bytes = sizeof(rl_ctx_t) + n * (sizeof(rl_result_t) + 2 * sizeof(void*));
+    size_t bytes = sizeof(rl_ctx_t) + n * (sizeof(rl_result_t) + 3 * sizeof(void*));
     auto* mem = static_cast<u_char*>(ngx_palloc(r->pool, bytes));
     ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, 0);
     if (mem == nullptr || cln == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
     auto* ctx = reinterpret_cast<rl_ctx_t*>(mem);
     *ctx = rl_ctx_t{};
+    ctx->r = r;
     ctx->results = reinterpret_cast<rl_result_t*>(ctx + 1);
-    auto** scratch = reinterpret_cast<void**>(ctx->results + n);
     ctx->decider = -1;
     ctx->headers = lcf->headers;
+    ctx->phase = RL_PHASE_RETURNED;
     cln->handler = rl_ctx_cleanup;
     cln->data = ctx;
     ngx_http_set_ctx(r, ctx, ngx_http_ratelimit_module);
 
     auto* applied = static_cast<rl_applied_t*>(lcf->applied->elts);
     ngx_uint_t m = 0;
+    bool has_redis = false;
     for (ngx_uint_t i = 0; i < n; i++) {
         ngx_str_t key;
         if (ngx_http_complex_value(r, &applied[i].zone->key, &key) != NGX_OK) return NGX_HTTP_INTERNAL_SERVER_ERROR;
         if (key.len == 0) continue;  // an empty key is exempt from this zone
 
         rl_result_t& res = ctx->results[m++];
+        res = rl_result_t{};
         res.applied = &applied[i];
         res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
         res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
-        res.decision = rl::Decision{};
+        res.store = applied[i].zone->redis ? RL_STORE_REDIS : RL_STORE_SHM;
+        has_redis = has_redis || applied[i].zone->redis;
     }
     ctx->nresults = m;
     if (m == 0) {
@@ -125,20 +226,45 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         return NGX_DECLINED;
     }
 
-    if (rl_decide_all(ctx->results, m, scratch)) {
-        ctx->status = RL_STATUS_PASSED;
-        ctx->decider = pick_most_restrictive(ctx->results, m);
-        return NGX_DECLINED;
-    }
+    // Shared memory first: a request it rejects costs no Redis round trip.
+    rl_result_t** list = list_of(ctx);
+    ngx_uint_t nshm = select_results(ctx, RL_STORE_SHM, list);
+    bool shm_ok = nshm == 0 || rl_decide_all(list, nshm, scratch_of(ctx));
 
-    ctx->decider = pick_rejecting(ctx->results, m, &ctx->retry_after_us);
-    for (ngx_uint_t i = 0; i < m; i++) {
-        if (!ctx->results[i].decision.allowed) log_rejection(r, lcf, ctx->results[i]);
+    if (shm_ok && has_redis && rl_redis_start(ctx) > 0) {
+        ctx->phase = RL_PHASE_WAITING;
+        ctx->timer.handler = rl_timeout;
+        ctx->timer.data = ctx;
+        ctx->timer.log = r->connection->log;
+        ctx->wake.handler = rl_wake;
+        ctx->wake.data = ctx;
+        ctx->wake.log = r->connection->log;
+        ngx_msec_t timeout = 0;
+        for (ngx_uint_t i = 0; i < ctx->ncalls; i++) {
+            if (ctx->calls[i].redis->timeout > timeout) timeout = ctx->calls[i].redis->timeout;
+        }
+        ngx_add_timer(&ctx->timer, timeout);
+        r->read_event_handler = ngx_http_test_reading;  // notices a client that goes away
+        r->write_event_handler = ngx_http_request_empty_handler;
+        return NGX_AGAIN;
     }
-    if (lcf->dry_run) {
-        ctx->status = RL_STATUS_REJECTED_DRY_RUN;
-        return NGX_DECLINED;
+    if (!shm_ok) {
+        // Redis limits are not asked: the request is rejected anyway and must consume nothing.
+        for (ngx_uint_t i = 0; i < m; i++) {
+            if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_SKIPPED;
+        }
     }
-    ctx->status = RL_STATUS_REJECTED;
-    return static_cast<ngx_int_t>(lcf->status);
+    rl_finish(ctx, lcf);
+    return ctx->verdict;
+}
+
+// Called by redis_request.cpp when the last call of a waiting request has an outcome.
+void rl_redis_finished(rl_ctx_t* ctx) noexcept {
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+    auto* lcf = static_cast<rl_loc_conf_t*>(ngx_http_get_module_loc_conf(ctx->r, ngx_http_ratelimit_module));
+    rl_finish(ctx, lcf);
+    ctx->phase = RL_PHASE_DECIDED;
+    ngx_post_event(&ctx->wake, &ngx_posted_events);
 }

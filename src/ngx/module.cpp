@@ -7,10 +7,12 @@ namespace {
 
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 char* rl_algo_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
+void* rl_create_main_conf(ngx_conf_t* cf) noexcept;
 void* rl_create_loc_conf(ngx_conf_t* cf) noexcept;
 char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
 ngx_int_t rl_preconfiguration(ngx_conf_t* cf) noexcept;
 ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept;
+ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept;
 
 ngx_conf_num_bounds_t rl_status_bounds = {ngx_conf_check_num_bounds, 400, 599};
 
@@ -19,6 +21,13 @@ ngx_conf_enum_t rl_headers_modes[] = {
     {ngx_string("on"), RL_HEADERS_ON},
     {ngx_string("legacy"), RL_HEADERS_LEGACY},
     {ngx_string("all"), RL_HEADERS_ALL},
+    {ngx_null_string, 0},
+};
+
+ngx_conf_enum_t rl_on_error_modes[] = {
+    {ngx_string("allow"), RL_ON_ERROR_ALLOW},
+    {ngx_string("deny"), RL_ON_ERROR_DENY},
+    {ngx_string("local"), RL_ON_ERROR_LOCAL},
     {ngx_null_string, 0},
 };
 
@@ -31,8 +40,12 @@ ngx_conf_enum_t rl_log_levels[] = {
 };
 
 ngx_command_t rl_commands[] = {
-    {ngx_string("ratelimit_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE, rl_zone_directive, 0, 0,
-     nullptr},
+    {ngx_string("ratelimit_zone"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE, rl_zone_directive,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
+    {ngx_string("ratelimit_redis"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE, rl_redis_directive,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
+    {ngx_string("ratelimit_on_error"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, on_error), &rl_on_error_modes},
     {ngx_string("ratelimit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_1MORE,
      rl_limit_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
     {ngx_string("ratelimit_algo"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
@@ -51,7 +64,7 @@ ngx_command_t rl_commands[] = {
 ngx_http_module_t rl_module_ctx = {
     rl_preconfiguration,
     rl_postconfiguration,
-    nullptr, nullptr,  // main conf
+    rl_create_main_conf, nullptr,
     nullptr, nullptr,  // server conf
     rl_create_loc_conf,
     rl_merge_loc_conf,
@@ -157,7 +170,35 @@ void* rl_create_loc_conf(ngx_conf_t* cf) noexcept {
     conf->headers = NGX_CONF_UNSET_UINT;
     conf->dry_run = NGX_CONF_UNSET;
     conf->log_level = NGX_CONF_UNSET_UINT;
+    conf->on_error = NGX_CONF_UNSET_UINT;
     return conf;
+}
+
+void* rl_create_main_conf(ngx_conf_t* cf) noexcept {
+    auto* mcf = static_cast<rl_main_conf_t*>(ngx_pcalloc(cf->pool, sizeof(rl_main_conf_t)));
+    if (mcf == nullptr) return nullptr;
+    if (ngx_array_init(&mcf->redis, cf->pool, 2, sizeof(rl_redis_t*)) != NGX_OK ||
+        ngx_array_init(&mcf->zones, cf->pool, 4, sizeof(rl_zone_t*)) != NGX_OK) {
+        return nullptr;
+    }
+    return mcf;
+}
+
+// Every zone's redis= names a ratelimit_redis of the http block.
+bool rl_resolve_zones(ngx_conf_t* cf) noexcept {
+    auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module));
+    auto** zones = static_cast<rl_zone_t**>(mcf->zones.elts);
+    for (ngx_uint_t i = 0; i < mcf->zones.nelts; i++) {
+        rl_zone_t* zone = zones[i];
+        if (zone->redis_name.len == 0) continue;
+        zone->redis = rl_redis_find(mcf, zone->redis_name);
+        if (zone->redis == nullptr) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "unknown ratelimit_redis \"%V\" in zone \"%V\" in %s:%ui",
+                          &zone->redis_name, &zone->name, zone->file, zone->line);
+            return false;
+        }
+    }
+    return true;
 }
 
 // Logs a configuration error found at merge time at the `ratelimit` line it concerns.
@@ -221,6 +262,7 @@ char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept {
     ngx_conf_merge_uint_value(conf->headers, prev->headers, static_cast<ngx_uint_t>(RL_HEADERS_ON));
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+    ngx_conf_merge_uint_value(conf->on_error, prev->on_error, static_cast<ngx_uint_t>(RL_ON_ERROR_ALLOW));
 
     if (!rl_build_applied(cf, conf)) return static_cast<char*>(NGX_CONF_ERROR);
     return NGX_CONF_OK;
@@ -229,12 +271,15 @@ char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept {
 ngx_int_t rl_preconfiguration(ngx_conf_t* cf) noexcept { return rl_add_variables(cf); }
 
 ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept {
+    if (!rl_resolve_zones(cf)) return NGX_ERROR;
     auto* cmcf = static_cast<ngx_http_core_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module));
     auto* h = static_cast<ngx_http_handler_pt*>(ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers));
     if (h == nullptr) return NGX_ERROR;
     *h = rl_access_handler;
     return rl_header_filter_init(cf);
 }
+
+ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept { return rl_redis_init_process(cycle); }
 
 }  // namespace
 
@@ -244,7 +289,10 @@ ngx_module_t ngx_http_ratelimit_module = {
     &rl_module_ctx,
     rl_commands,
     NGX_HTTP_MODULE,
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr,                  // init master
+    nullptr,                  // init module
+    rl_init_process,          // init process
+    nullptr, nullptr, nullptr, nullptr,
     NGX_MODULE_V1_PADDING,
 };
 }

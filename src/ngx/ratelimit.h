@@ -6,6 +6,7 @@
 #include "core/decide.h"
 #include "core/key_hash.h"
 #include "core/slot_table.h"
+#include "redis.h"
 
 extern "C" ngx_module_t ngx_http_ratelimit_module;
 
@@ -17,7 +18,11 @@ struct rl_zone_t {
     bool algo_set;
     bool burst_set;
     bool uses_log;               // some location applies this zone with the log algorithm
-    ngx_shm_zone_t* shm_zone;
+    ngx_str_t redis_name;        // redis=NAME: the state lives in Redis
+    rl_redis_t* redis;
+    u_char* file;                // where the zone is declared, for errors found later
+    ngx_uint_t line;
+    ngx_shm_zone_t* shm_zone;    // always there: with redis=, it serves ratelimit_on_error local
     ngx_slab_pool_t* shpool;     // its mutex serialises every access to the table
     void* block;                 // the table's memory inside the zone
     size_t block_bytes;
@@ -51,6 +56,13 @@ struct rl_loc_conf_t {
     ngx_uint_t headers;    // RL_HEADERS_*
     ngx_flag_t dry_run;
     ngx_uint_t log_level;
+    ngx_uint_t on_error;   // RL_ON_ERROR_*
+};
+
+enum {
+    RL_ON_ERROR_ALLOW = 0,  // Redis did not answer: let the request through
+    RL_ON_ERROR_DENY = 1,   // ... reject it with 503
+    RL_ON_ERROR_LOCAL = 2,  // ... decide it in the zone's shared memory
 };
 
 enum {
@@ -60,13 +72,48 @@ enum {
     RL_HEADERS_ALL = 3,
 };
 
+// Where a result was decided.
+enum rl_store_e : uint8_t {
+    RL_STORE_SHM = 0,   // the zone's shared memory
+    RL_STORE_REDIS,     // Redis
+    RL_STORE_LOCAL,     // Redis failed; decided in the zone's shared memory (on_error local)
+    RL_STORE_FAILED,    // Redis failed; not decided (on_error allow or deny)
+    RL_STORE_SKIPPED,   // not asked: another limit had already rejected the request
+};
+
 // The verdict of one applied limit on one request.
 struct rl_result_t {
     const rl_applied_t* applied;
     rl::KeyHash hash;
     int64_t cost;
+    int64_t at;          // when it was decided, on its store's clock: a refund needs it
     rl::Decision decision;
+    rl_store_e store;
+    bool consumed;       // its admission was committed: refund it if the request is rejected
 };
+
+struct rl_ctx_t;
+
+// Whether a result has a decision (headers and variables show only those).
+inline bool rl_decided(const rl_result_t& res) { return res.store < RL_STORE_FAILED; }
+
+// One script call to Redis: the checks of one request that live on one server (one slot
+// of a cluster), decided together in one round trip.
+struct rl_call_t {
+    rl_ctx_t* ctx;
+    rl_redis_t* redis;
+    rl_redis_node_t* node;
+    ngx_uint_t* checks;   // indices into ctx->results
+    ngx_uint_t nchecks;
+    u_char* cmd;          // EVALSHA, in the request's pool
+    size_t len;
+    rl_redis_op_t* op;    // while in flight
+    uint8_t state;        // RL_CALL_*
+    uint8_t redirects;    // MOVED / ASK / NOSCRIPT retries so far
+    int64_t at;           // Redis's time of the decision
+};
+
+enum { RL_CALL_PENDING = 0, RL_CALL_DONE, RL_CALL_FAILED };
 
 enum rl_status_e {
     RL_STATUS_NONE = 0,  // no limit applied to the request
@@ -74,6 +121,13 @@ enum rl_status_e {
     RL_STATUS_REJECTED,
     RL_STATUS_REJECTED_DRY_RUN,
     RL_STATUS_EXEMPT,    // every key was empty
+    RL_STATUS_ERROR,     // Redis did not answer for some limit (on_error applied)
+};
+
+enum rl_phase_e : uint8_t {
+    RL_PHASE_WAITING = 0,  // Redis calls in flight
+    RL_PHASE_DECIDED,      // decided after waiting: the access handler returns the verdict
+    RL_PHASE_RETURNED,     // verdict returned; later passes (internal redirects) are not counted
 };
 
 // What the module decided for a main request; survives internal redirects.
@@ -85,21 +139,45 @@ struct rl_ctx_t {
     ngx_uint_t headers;    // RL_HEADERS_* of the location that decided
     int64_t retry_after_us;
     bool headers_done;
+    rl_phase_e phase;
+    ngx_int_t verdict;     // what the access handler returns
+    ngx_http_request_t* r;
+    rl_call_t* calls;
+    ngx_uint_t ncalls;
+    ngx_uint_t waiting;    // calls still in flight
+    ngx_event_t timer;     // the Redis timeout
+    ngx_event_t wake;      // posted: resume the request's phases
 };
 
 // access.cpp
 ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept;
 rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept;
 
+// access.cpp, after Redis answered (or did not): applies on_error, all-or-nothing across
+// stores, and sets the verdict.
+void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept;
+
+// redis_request.cpp
+// Sends the request's Redis checks; returns the number of calls now in flight.
+ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept;
+// Gives back what the Redis calls of a rejected request consumed.
+void rl_redis_refund(rl_ctx_t* ctx) noexcept;
+// Stops waiting: the request is gone or timed out; late replies are dropped.
+void rl_redis_abandon(rl_ctx_t* ctx) noexcept;
+// access.cpp: the last call of a waiting request has an outcome; resumes the request.
+void rl_redis_finished(rl_ctx_t* ctx) noexcept;
+
 // zone.cpp
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 // Whether a key's log ring for `policy` fits the zone; logs the error at `where` if not.
 bool rl_zone_check_log_fits(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy,
                             const rl_limit_t* where) noexcept;
-// Decides every result under its zone's lock, on the clock read inside the locks, and
+// Decides the results under their zones' locks, on the clock read inside the locks, and
 // consumes from all of them only if all of them allow the request. Returns whether they did.
 // `scratch` has room for 2 * n pointers.
-bool rl_decide_all(rl_result_t* results, ngx_uint_t n, void** scratch) noexcept;
+bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
+// Gives back what committed shared-memory results consumed.
+void rl_refund_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
 
 // response_headers.cpp
 ngx_int_t rl_header_filter_init(ngx_conf_t* cf) noexcept;

@@ -60,9 +60,12 @@ bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
             items = static_cast<rl::HeaderItem*>(ngx_palloc(r->pool, ctx->nresults * sizeof(rl::HeaderItem)));
             if (items == nullptr) return false;
         }
-        for (ngx_uint_t i = 0; i < ctx->nresults; i++) items[i] = item_of(ctx->results[i]);
-        if (!add_list(r, "RateLimit-Policy", items, ctx->nresults, rl::format_policy)) return false;
-        if (!add_list(r, "RateLimit", items, ctx->nresults, rl::format_state)) return false;
+        size_t n = 0;
+        for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+            if (rl_decided(ctx->results[i])) items[n++] = item_of(ctx->results[i]);
+        }
+        if (!add_list(r, "RateLimit-Policy", items, n, rl::format_policy)) return false;
+        if (!add_list(r, "RateLimit", items, n, rl::format_state)) return false;
     }
     if (ctx->headers & RL_HEADERS_LEGACY) {
         rl::HeaderItem it = item_of(decider);

@@ -3,6 +3,7 @@
 #include "ratelimit.h"
 
 #include "core/rate.h"
+#include "core/refund.h"
 
 namespace {
 
@@ -79,11 +80,14 @@ bool value_of(const ngx_str_t& arg, const char* prefix, std::string_view& v) {
 }  // namespace
 
 // ratelimit_zone NAME key=STRING (rate=R | requests=N period=T) [burst=N] [size=S] [algo=A]
-char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void*) noexcept {
+char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
+    auto* mcf = static_cast<rl_main_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
     auto* zone = static_cast<rl_zone_t*>(ngx_pcalloc(cf->pool, sizeof(rl_zone_t)));
     if (zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
     zone->name = args[1];
+    zone->file = cf->conf_file->file.name.data;
+    zone->line = cf->conf_file->line;
     // The name appears in response headers and Redis keys: keep it to a safe alphabet.
     for (size_t i = 0; i < zone->name.len; i++) {
         u_char ch = zone->name.data[i];
@@ -145,6 +149,13 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void*) noexcept {
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             size = static_cast<size_t>(n);
+        } else if (value_of(a, "redis=", v)) {
+            zone->redis_name.data = a.data + 6;
+            zone->redis_name.len = v.size();
+            if (zone->redis_name.len == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
         } else if (value_of(a, "algo=", v)) {
             if (!rl::parse_algo(v, zone->policy.algo)) {
                 ngx_str_t name{v.size(), a.data + 5};
@@ -191,6 +202,9 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void*) noexcept {
     zone->shm_zone = shm_zone;
     shm_zone->init = rl_init_zone;
     shm_zone->data = zone;
+    auto** all = static_cast<rl_zone_t**>(ngx_array_push(&mcf->zones));
+    if (all == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+    *all = zone;
 
     if (zone->algo_set && zone->policy.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, zone->policy, nullptr)) {
         return static_cast<char*>(NGX_CONF_ERROR);
@@ -225,14 +239,14 @@ int64_t now_us() {
 
 }  // namespace
 
-bool rl_decide_all(rl_result_t* results, ngx_uint_t n, void** scratch) noexcept {
-    auto** slots = reinterpret_cast<rl::Slot**>(scratch);
-    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
+namespace {
 
-    // Lock each distinct zone once, in address order, so two requests never wait on each other.
+// Locks each distinct zone of the results once, in address order, so that two requests
+// never wait on each other. Returns the number of locks taken.
+ngx_uint_t lock_zones(rl_result_t** results, ngx_uint_t n, ngx_slab_pool_t** locks) {
     ngx_uint_t nlocks = 0;
     for (ngx_uint_t i = 0; i < n; i++) {
-        ngx_slab_pool_t* p = results[i].applied->zone->shpool;
+        ngx_slab_pool_t* p = results[i]->applied->zone->shpool;
         ngx_uint_t j = 0;
         while (j < nlocks && locks[j] < p) j++;
         if (j < nlocks && locks[j] == p) continue;
@@ -241,51 +255,82 @@ bool rl_decide_all(rl_result_t* results, ngx_uint_t n, void** scratch) noexcept 
         nlocks++;
     }
     for (ngx_uint_t i = 0; i < nlocks; i++) ngx_shmtx_lock(&locks[i]->mutex);
+    return nlocks;
+}
+
+void unlock_zones(ngx_slab_pool_t** locks, ngx_uint_t nlocks) {
+    for (ngx_uint_t i = nlocks; i > 0; i--) ngx_shmtx_unlock(&locks[i - 1]->mutex);
+}
+
+// The slot of a result's key, or nullptr when it cannot be used: an old worker finishing its
+// requests during a reload may see a table laid out by the new configuration, and must never
+// use more log ring than a slot has.
+rl::Slot* slot_of(const rl_result_t& res) {
+    const rl::Policy& policy = res.applied->policy;
+    rl::TableHeader* table = res.applied->zone->table;
+    if (policy.algo == rl::Algo::log && static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
+        return nullptr;
+    }
+    return rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
+}
+
+int64_t* ring_of(const rl_result_t& res, rl::Slot* slot) {
+    return res.applied->policy.algo == rl::Algo::log ? rl::slot_ring(slot) : nullptr;
+}
+
+}  // namespace
+
+bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
+    auto** slots = reinterpret_cast<rl::Slot**>(scratch);
+    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
+    ngx_uint_t nlocks = lock_zones(results, n, locks);
 
     // The clock is read under the locks: decisions on a zone then see time in lock order.
     int64_t now = now_us();
     bool all_allowed = true;
     for (ngx_uint_t i = 0; i < n; i++) {
-        rl_result_t& res = results[i];
-        rl::Policy policy = res.applied->policy;
-        rl::TableHeader* table = res.applied->zone->table;
-        int64_t* ring = nullptr;
-        slots[i] = rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
-        if (policy.algo == rl::Algo::log) {
-            // An old worker finishing its requests during a reload may see a table laid out by
-            // the new configuration: it must never use more ring than a slot has.
-            if (static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
-                res.decision = rl::Decision{};
-                res.decision.allowed = true;
-                res.decision.limit = policy.requests;
-                slots[i] = nullptr;
-                continue;
-            }
-            ring = rl::slot_ring(slots[i]);
+        rl_result_t& res = *results[i];
+        res.at = now;
+        slots[i] = slot_of(res);
+        if (slots[i] == nullptr) {
+            res.decision = rl::Decision{};
+            res.decision.allowed = true;
+            res.decision.limit = res.applied->policy.requests;
+            continue;
         }
-        res.decision = rl::decide(slots[i]->state, policy, now, res.cost, ring);
+        res.decision = rl::decide(slots[i]->state, res.applied->policy, now, res.cost, ring_of(res, slots[i]));
         all_allowed = all_allowed && res.decision.allowed;
     }
-    if (!all_allowed) {
-        // Nothing is consumed: the limits that would have allowed report their untouched state.
-        for (ngx_uint_t i = 0; i < n; i++) {
-            rl_result_t& res = results[i];
-            if (!res.decision.allowed || slots[i] == nullptr) continue;
-            const rl::Policy& policy = res.applied->policy;
-            const int64_t* ring = policy.algo == rl::Algo::log ? rl::slot_ring(slots[i]) : nullptr;
-            res.decision = rl::decide(slots[i]->state, policy, now, 0, ring);
-        }
-    } else {
-        for (ngx_uint_t i = 0; i < n; i++) {
-            if (slots[i] == nullptr) continue;
-            const rl::Policy& policy = results[i].applied->policy;
-            if (policy.algo == rl::Algo::log) {
-                rl::commit_log(results[i].decision, rl::slot_ring(slots[i]), policy, results[i].cost);
+    for (ngx_uint_t i = 0; i < n; i++) {
+        rl_result_t& res = *results[i];
+        if (slots[i] == nullptr) continue;
+        if (!all_allowed) {
+            // Nothing is consumed: the limits that would have allowed report their untouched state.
+            if (res.decision.allowed) {
+                res.decision = rl::decide(slots[i]->state, res.applied->policy, now, 0, ring_of(res, slots[i]));
             }
-            slots[i]->state = results[i].decision.next;
+            continue;
         }
+        if (res.applied->policy.algo == rl::Algo::log) {
+            rl::commit_log(res.decision, rl::slot_ring(slots[i]), res.applied->policy, res.cost);
+        }
+        slots[i]->state = res.decision.next;
+        res.consumed = res.cost > 0;
     }
-
-    for (ngx_uint_t i = nlocks; i > 0; i--) ngx_shmtx_unlock(&locks[i - 1]->mutex);
+    unlock_zones(locks, nlocks);
     return all_allowed;
+}
+
+void rl_refund_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
+    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
+    ngx_uint_t nlocks = lock_zones(results, n, locks);
+    int64_t now = now_us();
+    for (ngx_uint_t i = 0; i < n; i++) {
+        rl_result_t& res = *results[i];
+        if (!res.consumed) continue;
+        rl::Slot* slot = slot_of(res);
+        if (slot != nullptr) rl::refund(slot->state, ring_of(res, slot), res.applied->policy, now, res.at, res.cost);
+        res.consumed = false;
+    }
+    unlock_zones(locks, nlocks);
 }

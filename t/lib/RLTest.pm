@@ -17,7 +17,7 @@ use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(free_port start_nginx nginx_t module_so repo_root nginx_bin
   run_clients avoid_window_edge wait_window_offset slurp spew http_request
-  conf_line_of gif_body_ok parse_sf_list statuses);
+  conf_line_of gif_body_ok parse_sf_list statuses start_redis);
 
 our $NGINX   = $ENV{NGINX_BIN} || '/usr/sbin/nginx';
 our $TIMEOUT = 10;    # seconds for any single network operation
@@ -343,8 +343,15 @@ sub DESTROY { $_[0]->stop }
 
 END {
     my $rc = $?;
-    if ($$ == $CREATOR) { $_->stop for @INSTANCES; }
+    if ($$ == $CREATOR) { $_->stop for @INSTANCES; RLTest::Redis::stop_all(); }
     $? = $rc;
+}
+
+# start_redis(%opts) -> RLTest::Redis: a redis-server on a free loopback port, in its own
+# directory, stopped at the end of the test file. opts: args => [extra redis-server args].
+sub start_redis {
+    my (%o) = @_;
+    return RLTest::Redis->start(%o);
 }
 
 # ---------------------------------------------------------------- HTTP client
@@ -616,5 +623,93 @@ sub _try {
     $self->close if ($h->{connection} // '') =~ /close/i;
     return ($status, $h, $body);
 }
+
+package RLTest::Redis;
+use strict;
+use warnings;
+use File::Temp qw(tempdir);
+use POSIX qw(:sys_wait_h);
+use Time::HiRes qw(time sleep);
+
+our $SERVER = $ENV{REDIS_SERVER} || '/usr/bin/redis-server';
+our $CLI    = $ENV{REDIS_CLI}    || '/usr/bin/redis-cli';
+my @ALL;
+
+sub start {
+    my ($class, %o) = @_;
+    my $self = bless { port => $o{port} // RLTest::free_port(), args => $o{args} || [],
+        dir => $o{dir} // tempdir('rlredis-XXXXXX', TMPDIR => 1, CLEANUP => 1), creator => $$ }, $class;
+    push @ALL, $self;
+    $self->_spawn;
+    return $self;
+}
+
+sub _spawn {
+    my ($self) = @_;
+    my $pid = fork // die "fork: $!";
+    if (!$pid) {
+        open STDOUT, '>', "$self->{dir}/redis.log";
+        open STDERR, '>&', \*STDOUT;
+        exec $SERVER, '--port', $self->{port}, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+          '--dir', $self->{dir}, '--daemonize', 'no', @{ $self->{args} }
+          or POSIX::_exit(127);
+    }
+    $self->{pid} = $pid;
+    my $deadline = time + 10;
+    while (time < $deadline) {
+        return 1 if ($self->cli('PING') // '') eq 'PONG';
+        die "redis-server exited: " . RLTest::slurp("$self->{dir}/redis.log") if waitpid($pid, WNOHANG) == $pid;
+        sleep 0.05;
+    }
+    die "redis-server did not start\n" . RLTest::slurp("$self->{dir}/redis.log");
+}
+
+sub port { $_[0]{port} }
+sub pid  { $_[0]{pid} }
+sub addr { "127.0.0.1:$_[0]{port}" }
+
+# cli(@args): runs redis-cli against this server; returns its output without the newline.
+sub cli {
+    my ($self, @args) = @_;
+    my $pid = open(my $fh, '-|') // die "fork: $!";
+    if (!$pid) {
+        open STDERR, '>&', \*STDOUT;
+        exec $CLI, '-h', '127.0.0.1', '-p', $self->{port}, @args or POSIX::_exit(127);
+    }
+    local $/;
+    my $out = <$fh>;
+    close $fh;
+    $out //= '';
+    $out =~ s/\n\z//;
+    return $out;
+}
+
+# The keys of the database (few, in tests).
+sub keys_matching {
+    my ($self, $pattern) = @_;
+    return grep { length } split /\n/, $self->cli('--scan', '--pattern', $pattern);
+}
+
+sub kill_now {
+    my ($self, $sig) = @_;
+    return unless $self->{pid};
+    kill $sig // 'KILL', $self->{pid};
+    waitpid $self->{pid}, 0;
+    delete $self->{pid};
+}
+
+sub restart {
+    my ($self) = @_;
+    $self->kill_now('KILL');
+    $self->_spawn;
+}
+
+sub stop {
+    my ($self) = @_;
+    return if $self->{creator} != $$;
+    $self->kill_now('TERM') if $self->{pid};
+}
+
+sub stop_all { $_->stop for @ALL; @ALL = (); }
 
 1;
