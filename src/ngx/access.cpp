@@ -147,14 +147,16 @@ void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
     }
     bool denied = failed && lcf->on_error == RL_ON_ERROR_DENY;
 
-    if ((rejected || denied) && !lcf->dry_run) {
-        // All or nothing: what the other stores consumed for this request is given back.
+    if (rejected || denied) {
+        // All or nothing (dry run included): what the stores consumed for this request is
+        // given back, and so is what a Redis call that timed out may still consume.
         rl_result_t** list = list_of(ctx);
         ngx_uint_t m = select_results(ctx, RL_STORE_SHM, list);
         m += select_results(ctx, RL_STORE_LOCAL, list + m);
         rl_refund_all(list, m, scratch_of(ctx));
         rl_redis_refund(ctx);
     }
+    rl_redis_forget(ctx);
 
     ctx->verdict = NGX_DECLINED;
     if (rejected) {

@@ -162,8 +162,11 @@ void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept;
 ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept;
 // Gives back what the Redis calls of a rejected request consumed.
 void rl_redis_refund(rl_ctx_t* ctx) noexcept;
-// Stops waiting: the request is gone or timed out; late replies are dropped.
+// Stops waiting: the request is gone or timed out; late replies are dropped. Calls still
+// in flight stay known until rl_redis_forget, so that rl_redis_refund can arm a refund for
+// a late admission of a request that was rejected meanwhile.
 void rl_redis_abandon(rl_ctx_t* ctx) noexcept;
+void rl_redis_forget(rl_ctx_t* ctx) noexcept;
 // access.cpp: the last call of a waiting request has an outcome; resumes the request.
 void rl_redis_finished(rl_ctx_t* ctx) noexcept;
 

@@ -288,6 +288,7 @@ void rl_redis_node_connect(rl_redis_node_t* node) noexcept {
     c->read->handler = on_read;
     c->write->handler = on_write;
     c->pool = nullptr;
+    c->log_error = NGX_ERROR_INFO;  // resets and refusals are reported by node_fail, rate limited
     node->state = rc == NGX_AGAIN ? RL_CONN_CONNECTING : RL_CONN_READY;
 
     // The handshake leads the pipeline: whatever is queued after it runs authenticated, on

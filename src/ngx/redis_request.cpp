@@ -129,6 +129,57 @@ rl_call_t* call_for(rl_ctx_t* ctx, rl_redis_t* redis) {
     return call;
 }
 
+// Fire and forget: the request does not wait for its refund. The command is built in
+// `pool` and copied into the connection's buffer at once.
+void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n,
+                 ngx_pool_t* pool) {
+    std::string_view prefix = sv(redis->prefix);
+    size_t len = rl::refund_command_len(prefix, checks, n);
+    auto* buf = static_cast<u_char*>(pool ? ngx_pnalloc(pool, len) : ngx_alloc(len, redis->log));
+    if (buf == nullptr) return;
+    len = rl::write_refund_command(reinterpret_cast<char*>(buf), prefix, checks, n);
+    if (rl_redis_send(node, buf, len, on_refund_reply, redis, 0) == nullptr) {
+        rl_redis_error(redis, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
+    }
+    if (pool == nullptr) ngx_free(buf);
+}
+
+// A call that timed out is still in flight. If Redis admits it late, the request (which was
+// rejected meanwhile) must not keep what it consumed: the op keeps what a refund needs.
+struct rl_late_t {
+    rl_redis_t* redis;
+    ngx_uint_t nchecks;
+    rl::RedisCheck checks[1];  // nchecks of them; zone names and policies live in the configuration
+};
+
+void on_late_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
+    auto* late = static_cast<rl_late_t*>(op->data);
+    constexpr size_t kMaxValues = 2 + 4 * 64;
+    if (reply != nullptr && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2 && reply->elements <= kMaxValues &&
+        reply->element[0]->type == REDIS_REPLY_INTEGER && reply->element[0]->integer == 1 &&
+        reply->element[1]->type == REDIS_REPLY_INTEGER) {
+        for (ngx_uint_t i = 0; i < late->nchecks; i++) late->checks[i].at = reply->element[1]->integer;
+        send_refund(late->redis, op->node, late->checks, late->nchecks, nullptr);
+    }
+    ngx_free(late);
+}
+
+void arm_late_refund(rl_call_t* call) {
+    size_t bytes = sizeof(rl_late_t) + call->nchecks * sizeof(rl::RedisCheck);
+    auto* late = static_cast<rl_late_t*>(ngx_alloc(bytes, call->redis->log));
+    rl::RedisCheck* checks = late ? checks_of(call, call->ctx->r->pool) : nullptr;
+    if (checks == nullptr) {
+        ngx_free(late);
+        return;
+    }
+    late->redis = call->redis;
+    late->nchecks = call->nchecks;
+    for (ngx_uint_t i = 0; i < call->nchecks; i++) late->checks[i] = checks[i];
+    call->op->done = on_late_reply;
+    call->op->data = late;
+    call->op = nullptr;
+}
+
 }  // namespace
 
 ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
@@ -178,10 +229,9 @@ void rl_redis_abandon(rl_ctx_t* ctx) noexcept {
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
         rl_call_t* call = &ctx->calls[k];
         if (call->state != RL_CALL_PENDING) continue;
-        if (call->op != nullptr) {
-            call->op->data = nullptr;  // a late reply is dropped
-            call->op = nullptr;
-        }
+        // Detached: a late reply is dropped, unless rl_redis_refund arms a late refund on it
+        // right away (the op pointer is only kept for that).
+        if (call->op != nullptr) call->op->data = nullptr;
         call_failed(call);
     }
     ctx->waiting = 0;
@@ -190,21 +240,20 @@ void rl_redis_abandon(rl_ctx_t* ctx) noexcept {
 void rl_redis_refund(rl_ctx_t* ctx) noexcept {
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
         rl_call_t* call = &ctx->calls[k];
+        if (call->state == RL_CALL_FAILED && call->op != nullptr) {
+            arm_late_refund(call);
+            continue;
+        }
         if (call->state != RL_CALL_DONE) continue;
         bool consumed = false;
         for (ngx_uint_t i = 0; i < call->nchecks; i++) consumed = consumed || ctx->results[call->checks[i]].consumed;
         if (!consumed) continue;
         rl::RedisCheck* checks = checks_of(call, ctx->r->pool);
-        if (checks == nullptr) continue;
-        std::string_view prefix = sv(call->redis->prefix);
-        size_t len = rl::refund_command_len(prefix, checks, call->nchecks);
-        auto* buf = static_cast<u_char*>(ngx_pnalloc(ctx->r->pool, len));
-        if (buf == nullptr) continue;
-        len = rl::write_refund_command(reinterpret_cast<char*>(buf), prefix, checks, call->nchecks);
-        // Fire and forget: the request does not wait for its refund.
-        if (rl_redis_send(call->node, buf, len, on_refund_reply, call->redis, 0) == nullptr) {
-            rl_redis_error(call->redis, "ratelimit redis \"%V\": a refund could not be sent", &call->redis->name);
-        }
+        if (checks != nullptr) send_refund(call->redis, call->node, checks, call->nchecks, ctx->r->pool);
         for (ngx_uint_t i = 0; i < call->nchecks; i++) ctx->results[call->checks[i]].consumed = false;
     }
+}
+
+void rl_redis_forget(rl_ctx_t* ctx) noexcept {
+    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) ctx->calls[k].op = nullptr;
 }

@@ -348,7 +348,8 @@ END {
 }
 
 # start_redis(%opts) -> RLTest::Redis: a redis-server on a free loopback port, in its own
-# directory, stopped at the end of the test file. opts: args => [extra redis-server args].
+# directory, stopped at the end of the test file. opts: args => [extra redis-server args],
+# password => what cli() authenticates with.
 sub start_redis {
     my (%o) = @_;
     return RLTest::Redis->start(%o);
@@ -463,11 +464,14 @@ sub wait_log {
 # ------------------------------------------------------- concurrency helper
 
 # run_clients($port, $path_or_coderef, $clients, $per_client, %opts)
+# $port may be an arrayref: client c then talks to $port->[c % n].
 # Forks $clients processes; each sends $per_client GET requests (keep-alive unless
 # keepalive => 0) and reports statuses. $path may be a coderef ($client, $i) -> path.
 # opts: headers => {}, record => 'header-name' (counts values of that response header).
+# until => epoch time after which each client stops early; during => coderef run by the
+# parent while the clients run (they start 0.3s after the call).
 # Returns a hashref: status => count, plus {':values'}{value} => count when record is set,
-# {':errors'} => number of failed requests.
+# {':errors'} => number of failed requests, {':max_ms'} => the slowest request.
 sub run_clients {
     my ($port, $path, $clients, $per_client, %o) = @_;
     my $ka = $o{keepalive} // 1;
@@ -484,12 +488,16 @@ sub run_clients {
             eval {
                 my $wait = $start_at - time;
                 sleep $wait if $wait > 0;
-                my $conn = $ka ? RLTest::KeepAlive->new($port) : undef;
+                my $to = ref $port ? $port->[ $c % @$port ] : $port;
+                my $conn = $ka ? RLTest::KeepAlive->new($to) : undef;
                 for my $i (0 .. $per_client - 1) {
                     my $p = ref $path ? $path->($c, $i) : $path;
-                    my ($st, $h) = $ka ? $conn->get($p, $o{headers}) : http_request($port, $p, $o{headers});
+                    my $t0 = time;
+                    my ($st, $h) = $ka ? $conn->get($p, $o{headers}) : http_request($to, $p, $o{headers});
+                    my $ms = int((time - $t0) * 1000);
                     my $v = $o{record} ? ($h->{ lc $o{record} } // '') : '';
-                    push @res, ($st // 'ERR') . "\t$v";
+                    push @res, ($st // 'ERR') . "\t$ms\t$v";
+                    last if $o{until} && time > $o{until};
                 }
                 $conn->close if $conn;
                 1;
@@ -501,6 +509,7 @@ sub run_clients {
         close $w;
         push @kids, [$pid, $r];
     }
+    $o{during}->() if $o{during};  # e.g. a fault injected while the clients run
     my %count = (':errors' => 0);
     for my $k (@kids) {
         my ($pid, $r) = @$k;
@@ -509,8 +518,9 @@ sub run_clients {
         close $r;
         waitpid $pid, 0;
         for my $line (split /\n/, $data) {
-            my ($st, $v) = split /\t/, $line, 2;
+            my ($st, $ms, $v) = split /\t/, $line, 3;
             $count{$st}++;
+            $count{':max_ms'} = $ms if !defined $count{':max_ms'} || $ms > $count{':max_ms'};
             $count{':errors'}++ if $st eq 'ERR';
             $count{':values'}{ $v // '' }++ if $o{record};
         }
@@ -637,7 +647,7 @@ my @ALL;
 
 sub start {
     my ($class, %o) = @_;
-    my $self = bless { port => $o{port} // RLTest::free_port(), args => $o{args} || [],
+    my $self = bless { port => $o{port} // RLTest::free_port(), args => $o{args} || [], password => $o{password},
         dir => $o{dir} // tempdir('rlredis-XXXXXX', TMPDIR => 1, CLEANUP => 1), creator => $$ }, $class;
     push @ALL, $self;
     $self->_spawn;
@@ -657,7 +667,7 @@ sub _spawn {
     $self->{pid} = $pid;
     my $deadline = time + 10;
     while (time < $deadline) {
-        return 1 if ($self->cli('PING') // '') eq 'PONG';
+        return 1 if ($self->cli('PING') // '') =~ /PONG|NOAUTH/;
         die "redis-server exited: " . RLTest::slurp("$self->{dir}/redis.log") if waitpid($pid, WNOHANG) == $pid;
         sleep 0.05;
     }
@@ -674,7 +684,8 @@ sub cli {
     my $pid = open(my $fh, '-|') // die "fork: $!";
     if (!$pid) {
         open STDERR, '>&', \*STDOUT;
-        exec $CLI, '-h', '127.0.0.1', '-p', $self->{port}, @args or POSIX::_exit(127);
+        my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
+        exec $CLI, '-h', '127.0.0.1', '-p', $self->{port}, @auth, @args or POSIX::_exit(127);
     }
     local $/;
     my $out = <$fh>;
