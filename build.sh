@@ -44,8 +44,10 @@ build_deps() {
 }
 
 test_deps() {
+    # redis-server and redis-cli: the tests start their own servers and clusters on loopback.
     ensure_packages cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
-        perl:prove
+        libhiredis-dev:/usr/include/hiredis/hiredis.h redis-server:redis-server redis-tools:redis-cli \
+        perl:prove curl:curl
 }
 
 # Configures (once per source tree and flags) and builds the module into $1 with extra cc opts $2.
@@ -101,6 +103,7 @@ unit_tests() {
 }
 
 e2e_tests() {
+    test_deps
     log "prove t/"
     (cd "$ROOT" && prove -I t/lib t/)
 }

@@ -13,6 +13,7 @@ char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
 ngx_int_t rl_preconfiguration(ngx_conf_t* cf) noexcept;
 ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept;
 ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept;
+ngx_int_t rl_init_module(ngx_cycle_t* cycle) noexcept;
 
 ngx_conf_num_bounds_t rl_status_bounds = {ngx_conf_check_num_bounds, 400, 599};
 
@@ -280,6 +281,7 @@ ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept {
 }
 
 ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept { return rl_redis_init_process(cycle); }
+ngx_int_t rl_init_module(ngx_cycle_t* cycle) noexcept { return rl_redis_check_modes(cycle); }
 
 }  // namespace
 
@@ -290,7 +292,7 @@ ngx_module_t ngx_http_ratelimit_module = {
     rl_commands,
     NGX_HTTP_MODULE,
     nullptr,                  // init master
-    nullptr,                  // init module
+    rl_init_module,           // init module
     rl_init_process,          // init process
     nullptr, nullptr, nullptr, nullptr,
     NGX_MODULE_V1_PADDING,

@@ -110,6 +110,7 @@ struct rl_call_t {
     rl_redis_op_t* op;    // while in flight
     uint8_t state;        // RL_CALL_*
     uint8_t redirects;    // MOVED / ASK / NOSCRIPT retries so far
+    uint16_t slot;        // cluster: the slot of its keys
     int64_t at;           // Redis's time of the decision
 };
 

@@ -71,6 +71,7 @@ struct rl_redis_t {
 
     // Per worker, from init_process on.
     ngx_log_t* log;
+    ngx_pool_t* pool;         // the cycle's: addresses of cluster nodes found at run time
     rl_redis_node_t** nodes;
     ngx_uint_t nnodes;
     ngx_uint_t nodes_cap;
@@ -94,6 +95,7 @@ struct rl_main_conf_t {
 char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 rl_redis_t* rl_redis_find(rl_main_conf_t* mcf, const ngx_str_t& name) noexcept;
 ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept;
+ngx_int_t rl_redis_check_modes(ngx_cycle_t* cycle) noexcept;
 
 // redis_conn.cpp
 // Queues a command on a node; nullptr if the node cannot take it now (down, backing off,

@@ -5,6 +5,7 @@
 #include "core/rate.h"
 #include "core/redis_script.h"
 #include "ratelimit.h"
+#include "redis_cluster.h"
 
 namespace {
 
@@ -101,7 +102,83 @@ bool build_handshake(ngx_pool_t* pool, rl_redis_t* redis) {
     return true;
 }
 
+// Whether the server at `addr` runs in cluster mode: 1 yes, 0 no, -1 unknown (unreachable,
+// or it refused to tell). A blocking exchange, done only in the master at start or reload.
+int probe_cluster_mode(rl_redis_t* redis, const ngx_addr_t& addr, ngx_log_t* log) {
+    struct timeval tv;
+    tv.tv_sec = static_cast<time_t>(redis->connect_timeout / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((redis->connect_timeout % 1000) * 1000);
+    redisContext* c = nullptr;
+    u_char host[NGX_SOCKADDR_STRLEN + 1];
+    if (addr.sockaddr->sa_family == AF_UNIX) {
+        auto* sun = reinterpret_cast<struct sockaddr_un*>(addr.sockaddr);
+        c = redisConnectUnixWithTimeout(sun->sun_path, tv);
+    } else {
+        size_t n = ngx_sock_ntop(addr.sockaddr, addr.socklen, host, NGX_SOCKADDR_STRLEN, 0);
+        host[n] = '\0';
+        c = redisConnectWithTimeout(reinterpret_cast<char*>(host), static_cast<int>(ngx_inet_get_port(addr.sockaddr)), tv);
+    }
+    if (c == nullptr || c->err) {
+        ngx_log_error(NGX_LOG_WARN, log, 0, "ratelimit redis \"%V\" at %V is not reachable at start: %s",
+                      &redis->name, &addr.name, c ? c->errstr : "out of memory");
+        if (c) redisFree(c);
+        return -1;
+    }
+    redisSetTimeout(c, tv);
+    int mode = -1;
+    redisReply* reply = nullptr;
+    if (redis->password.len) {
+        reply = static_cast<redisReply*>(redis->username.len
+            ? redisCommand(c, "AUTH %b %b", redis->username.data, redis->username.len, redis->password.data,
+                           redis->password.len)
+            : redisCommand(c, "AUTH %b", redis->password.data, redis->password.len));
+        bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
+        if (reply) freeReplyObject(reply);
+        if (!ok) {
+            redisFree(c);
+            return -1;  // the workers report the handshake's failure
+        }
+    }
+    reply = static_cast<redisReply*>(redisCommand(c, "INFO cluster"));
+    if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
+        std::string_view info(reply->str, reply->len);
+        if (info.find("cluster_enabled:1") != std::string_view::npos) mode = 1;
+        else if (info.find("cluster_enabled:0") != std::string_view::npos) mode = 0;
+    }
+    if (reply) freeReplyObject(reply);
+    redisFree(c);
+    return mode;
+}
+
 }  // namespace
+
+// A cluster configured against a standalone server, or the reverse, fails nginx's start (or
+// reload) with a clear message, rather than every request later. Unreachable servers pass:
+// nginx starts without Redis, and on_error applies until it is there.
+ngx_int_t rl_redis_check_modes(ngx_cycle_t* cycle) noexcept {
+    auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratelimit_module));
+    if (mcf == nullptr) return NGX_OK;
+    auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);
+    for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
+        rl_redis_t* redis = all[i];
+        auto* addrs = static_cast<ngx_addr_t*>(redis->addrs->elts);
+        for (ngx_uint_t k = 0; k < redis->addrs->nelts; k++) {
+            int mode = probe_cluster_mode(redis, addrs[k], cycle->log);
+            if (mode < 0) continue;
+            if (mode != (redis->cluster ? 1 : 0)) {
+                ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
+                              redis->cluster ? "ratelimit_redis \"%V\" is configured as a cluster, but %V is a "
+                                               "standalone Redis (cluster mode is disabled) in %s:%ui"
+                                             : "ratelimit_redis \"%V\" is configured as a standalone server, but %V is "
+                                               "a Redis Cluster node: add \"cluster\" in %s:%ui",
+                              &redis->name, &addrs[k].name, redis->file, redis->line);
+                return NGX_ERROR;
+            }
+            break;  // one node that answers tells
+        }
+    }
+    return NGX_OK;
+}
 
 // ratelimit_redis NAME [cluster] ADDRESS [ADDRESS ...] [username=U] [password=P] [database=N]
 //                 [timeout=T] [connect_timeout=T] [prefix=S] [max_pending=N];
@@ -189,6 +266,11 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         return static_cast<char*>(NGX_CONF_ERROR);
     }
     if (!connect_timeout_set && redis->connect_timeout < redis->timeout) redis->connect_timeout = redis->timeout;
+    if (redis->cluster && redis->database) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratelimit_redis \"%V\": a cluster has only database 0",
+                           &redis->name);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
 
     auto** slot = static_cast<rl_redis_t**>(ngx_array_push(&mcf->redis));
     if (slot == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
@@ -211,6 +293,7 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
     for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
         rl_redis_t* redis = all[i];
         redis->log = cycle->log;
+        redis->pool = cycle->pool;
         ngx_queue_init(&redis->free_ops);
         if (!build_handshake(cycle->pool, redis)) return NGX_ERROR;
         auto* addrs = static_cast<ngx_addr_t*>(redis->addrs->elts);
@@ -223,6 +306,7 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
             redis->nodes[redis->nnodes++] = node;
             rl_redis_node_connect(node);
         }
+        if (redis->cluster && !rl_cluster_init(redis)) return NGX_ERROR;
     }
     return NGX_OK;
 }

@@ -3,6 +3,7 @@
 // replies come back in order and are matched to the ops of the in-flight queue. A failed
 // connection fails its ops at once (on_error applies) and is retried with a short backoff.
 #include "redis.h"
+#include "redis_cluster.h"
 
 #include <cstdarg>
 
@@ -210,6 +211,7 @@ void node_fail(rl_redis_node_t* node, const char* why) noexcept {
         op_free(node->redis, op);
     }
     node->ninflight = 0;
+    rl_cluster_node_failed(node);
     if (!ngx_exiting && !ngx_quit && !ngx_terminate) {
         ngx_add_timer(&node->retry, node->backoff);
         node->backoff = node->backoff * 2 > kBackoffMax ? kBackoffMax : node->backoff * 2;

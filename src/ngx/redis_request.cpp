@@ -4,6 +4,8 @@
 #include "ratelimit.h"
 
 #include "core/redis_command.h"
+#include "core/redis_keys.h"
+#include "redis_cluster.h"
 
 namespace {
 
@@ -88,19 +90,42 @@ bool is_error(const redisReply* reply, const char* prefix) {
     return reply->type == REDIS_REPLY_ERROR && reply->len >= n && ngx_strncmp(reply->str, prefix, n) == 0;
 }
 
+void on_asking_reply(rl_redis_op_t*, redisReply*) noexcept {}
+
+// A cluster node answered MOVED or ASK: retry on the node it names. True if the call went.
+bool follow_redirect(rl_call_t* call, const redisReply* reply) {
+    bool ask = false;
+    rl_redis_node_t* node = rl_cluster_redirect(call->redis, reply, &ask);
+    if (node == nullptr || call->redirects >= 5) return false;
+    call->redirects++;
+    call->node = node;
+    if (ask) {
+        // ASKING applies to the next command on that connection: queue both back to back.
+        static const char kAsking[] = "*1\r\n$6\r\nASKING\r\n";
+        if (!rl_redis_send(node, reinterpret_cast<const u_char*>(kAsking), sizeof(kAsking) - 1, on_asking_reply,
+                           call->redis, 0)) {
+            return false;
+        }
+    }
+    return send_call(call);
+}
+
 void on_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
     auto* call = static_cast<rl_call_t*>(op->data);
     call->op = nullptr;
-    if (reply != nullptr && is_error(reply, "NOSCRIPT") && call->redirects < 3) {
+    if (reply != nullptr && is_error(reply, "NOSCRIPT") && call->redirects < 5) {
         // Redis restarted or its scripts were flushed: load the script again ahead of the retry.
         call->redirects++;
         rl_redis_reload_script(call->node);
         if (send_call(call)) return;
+    } else if (reply != nullptr && call->redis->cluster && (is_error(reply, "MOVED ") || is_error(reply, "ASK "))) {
+        if (follow_redirect(call, reply)) return;
     } else if (reply != nullptr && take_reply(call, reply)) {
         call->state = RL_CALL_DONE;
         call_settled(call);
         return;
     } else if (reply != nullptr) {
+        if (call->redis->cluster) rl_cluster_refresh_soon(call->redis);  // CLUSTERDOWN, TRYAGAIN...
         rl_redis_error(call->redis, "ratelimit redis \"%V\" at %V: unexpected reply: %*s", &call->redis->name,
                        &call->node->addr.name, reply->type == REDIS_REPLY_ERROR ? static_cast<size_t>(reply->len) : 0,
                        reply->str);
@@ -117,15 +142,29 @@ void on_refund_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
     }
 }
 
-// The call a result's check goes into, created on first use.
-rl_call_t* call_for(rl_ctx_t* ctx, rl_redis_t* redis) {
+// The cluster slot of a result's Redis key.
+uint16_t slot_of(const rl_result_t& res) {
+    const rl_zone_t* zone = res.applied->zone;
+    std::string_view prefix = sv(zone->redis->prefix), name = sv(zone->name);
+    char buf[512];
+    if (rl::redis_key_max_len(prefix, name) > sizeof(buf)) return 0;  // prefix and name are short in practice
+    size_t len = rl::redis_key(buf, prefix, name, res.hash, res.applied->policy.algo);
+    return rl::cluster_slot(std::string_view(buf, len));
+}
+
+// The call a result's check goes into, created on first use: one per ratelimit_redis, and
+// in a cluster one per slot (a script's keys must share a slot).
+rl_call_t* call_for(rl_ctx_t* ctx, const rl_result_t& res) {
+    rl_redis_t* redis = res.applied->zone->redis;
+    uint16_t slot = redis->cluster ? slot_of(res) : 0;
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
-        if (ctx->calls[k].redis == redis) return &ctx->calls[k];
+        if (ctx->calls[k].redis == redis && ctx->calls[k].slot == slot) return &ctx->calls[k];
     }
     rl_call_t* call = &ctx->calls[ctx->ncalls++];
     call->ctx = ctx;
     call->redis = redis;
-    call->node = redis->nodes[0];
+    call->slot = slot;
+    call->node = redis->cluster ? rl_cluster_route(redis, slot) : redis->nodes[0];
     return call;
 }
 
@@ -195,13 +234,13 @@ ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
         return 0;
     }
 
-    // One call per ratelimit_redis: all of its checks in one script run, all or nothing.
-    // First count each call's checks, then give each call its run of indices.
+    // One call per ratelimit_redis (per slot in a cluster): its checks in one script run,
+    // all or nothing. First count each call's checks, then give each call its run of indices.
     for (int pass = 0; pass < 2; pass++) {
         for (ngx_uint_t i = 0; i < n; i++) {
             rl_result_t& res = ctx->results[i];
             if (res.store != RL_STORE_REDIS) continue;
-            rl_call_t* call = call_for(ctx, res.applied->zone->redis);
+            rl_call_t* call = call_for(ctx, res);
             if (pass == 1) call->checks[call->nchecks] = i;
             call->nchecks++;
         }
