@@ -14,7 +14,9 @@ int64_t bucket_drain(int64_t level, int64_t elapsed_us, const Policy& p) {
 int64_t bucket_decide(int64_t level, const Policy& p, int64_t cost, Decision& d) {
     d.limit = p.requests;
     int64_t after = level;
-    if (cost > p.burst + 1) {
+    if (cost == 0) {
+        d.allowed = true;  // only reports, even on a bucket left over-full by a clock that went back
+    } else if (cost > p.burst + 1) {
         d.allowed = false;
         d.retry_after_us = kNever;
     } else if (level + cost * p.token <= p.depth) {

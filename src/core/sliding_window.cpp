@@ -48,8 +48,9 @@ Decision decide_sliding(const State& s, const Policy& p, int64_t now, int64_t co
     int64_t back = 0;  // how far the clock went back behind the stored window
     if (start <= s.a) {
         // The same window, or the clock went back: count from the stored window's start,
-        // where the previous window still weighs its most.
-        if (start < s.a) {
+        // where the previous window still weighs its most. (A stored start between this
+        // window's and now is a window begun under another period: it simply goes on.)
+        if (now < s.a) {
             back = s.a - now;
             now = s.a;
         }

@@ -1,0 +1,74 @@
+#include "redis_keys.h"
+
+#include <cstring>
+
+namespace rl {
+
+namespace {
+
+constexpr size_t kMaxAlgoNameLen = 7;  // "sliding"
+
+// The bytes around the hex: '{', ':' after the zone, '}', ':' before the algorithm.
+constexpr size_t kPunctuation = 4;
+
+size_t put(char* p, std::string_view s) {
+    if (!s.empty()) std::memcpy(p, s.data(), s.size());
+    return s.size();
+}
+
+size_t put_hex64(char* p, uint64_t v) {
+    static const char kHex[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--) {
+        p[i] = kHex[v & 0xf];
+        v >>= 4;
+    }
+    return 16;
+}
+
+}  // namespace
+
+size_t redis_key_len(std::string_view prefix, std::string_view zone, Algo a) noexcept {
+    return prefix.size() + zone.size() + kPunctuation + kKeyHashHexLen + algo_name(a).size();
+}
+
+size_t redis_key_max_len(std::string_view prefix, std::string_view zone) noexcept {
+    return prefix.size() + zone.size() + kPunctuation + kKeyHashHexLen + kMaxAlgoNameLen;
+}
+
+size_t redis_key(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& h, Algo a) noexcept {
+    char* p = buf;
+    p += put(p, prefix);
+    *p++ = '{';
+    p += put(p, zone);
+    *p++ = ':';
+    p += put_hex64(p, h.hi);
+    p += put_hex64(p, h.lo);
+    *p++ = '}';
+    *p++ = ':';
+    p += put(p, algo_name(a));
+    return static_cast<size_t>(p - buf);
+}
+
+uint16_t crc16_xmodem(const void* data, size_t len) noexcept {
+    const auto* in = static_cast<const unsigned char*>(data);
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++) {
+        crc = static_cast<uint16_t>(crc ^ (in[i] << 8));
+        for (int bit = 0; bit < 8; bit++) {
+            crc = static_cast<uint16_t>(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+        }
+    }
+    return crc;
+}
+
+uint16_t cluster_slot(std::string_view key) noexcept {
+    // The tag is what lies between the first '{' and the first '}' after it, if non-empty.
+    size_t open = key.find('{');
+    if (open != std::string_view::npos) {
+        size_t close = key.find('}', open + 1);
+        if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+    }
+    return static_cast<uint16_t>(crc16_xmodem(key.data(), key.size()) % kClusterSlots);
+}
+
+}  // namespace rl

@@ -1,0 +1,34 @@
+// Where a key's state lives in Redis:  <prefix>{<zone>:<hash hex>}:<algorithm>
+//
+// The braces are a Redis Cluster hash tag: every algorithm's state for one key sits in one
+// slot, and different keys of a zone spread over the cluster. The user-controlled key only
+// appears as its fixed-length keyed hash, so a hostile key cannot pick its slot or inject
+// braces (the nginx side validates that prefix and zone contain none). The algorithm suffix
+// keeps a hash (5 algorithms) and a list (the log) from ever sharing a name.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include "algorithm.h"
+#include "key_hash.h"
+
+namespace rl {
+
+constexpr size_t kKeyHashHexLen = 32;  // hi then lo, 16 lowercase hex digits each
+
+// Exact length of redis_key()'s output, and an upper bound over all algorithms.
+size_t redis_key_len(std::string_view prefix, std::string_view zone, Algo a) noexcept;
+size_t redis_key_max_len(std::string_view prefix, std::string_view zone) noexcept;
+
+// Writes the key into buf (room for redis_key_len bytes; no NUL) and returns its length.
+size_t redis_key(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& h, Algo a) noexcept;
+
+// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of the whole key when
+// it has none, mod 16384.
+constexpr uint16_t kClusterSlots = 16384;
+uint16_t cluster_slot(std::string_view key) noexcept;
+
+// CRC16/XMODEM (polynomial 0x1021, initial 0, no reflection): Redis Cluster's key hash.
+uint16_t crc16_xmodem(const void* data, size_t len) noexcept;
+
+}  // namespace rl
