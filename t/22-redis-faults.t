@@ -169,7 +169,7 @@ unlike($n->error_log, qr/not-the-password/, 'the password is never logged');
 
 # Errors are logged at most once per second (per ratelimit_redis), not per request.
 {
-    my @lines = grep { /ratelimit redis "wrong"/ } split /\n/, $n->error_log;
+    my @lines = grep { /\[error\].*ratelimit redis "wrong"/ } split /\n/, $n->error_log;
     my %per_second;
     $per_second{$_}++ for map { /^(\S+ \S+)/ ? $1 : () } @lines;
     my ($worst) = sort { $b <=> $a } values %per_second;
