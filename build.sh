@@ -83,7 +83,9 @@ build_module() {
     fi
     log "building module"
     (cd "$src" && make -s -j"$JOBS" -f "$objs/Makefile" modules)
-    cp "$objs/ngx_http_ratelimit_module.so" "$out/ngx_http_ratelimit_module.so"
+    # A new file, renamed over the old one: an nginx running the old .so keeps its mapping.
+    cp "$objs/ngx_http_ratelimit_module.so" "$out/.ngx_http_ratelimit_module.so.new"
+    mv -f "$out/.ngx_http_ratelimit_module.so.new" "$out/ngx_http_ratelimit_module.so"
     log "built $out/ngx_http_ratelimit_module.so"
 }
 

@@ -135,6 +135,14 @@ for my $a (@algos) {
     is($item->{r}, 2, 'shared memory got back the unit of the request Redis rejected');
 }
 
+# A reload: old workers close their Redis connections and exit cleanly; the state stays.
+{
+    $n->reload;
+    my ($st, $r) = seq_of('/gcra?k=one', 1);
+    is("$st $r", '429 0', 'after a reload the Redis state is still there');
+    unlike($n->error_log, qr/open socket|aborting/, 'exiting workers left no Redis socket open');
+}
+
 my @bad = grep { /\[(error|crit|alert|emerg)\]/ && !/limiting request/ } split /\n/, $n->error_log;
 is(scalar @bad, 0, 'no errors in the log') or diag(join "\n", @bad);
 unlike($n->error_log, qr/s3cret-pw|limiter-pw/, 'passwords never appear in the log');

@@ -96,6 +96,7 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcep
 rl_redis_t* rl_redis_find(rl_main_conf_t* mcf, const ngx_str_t& name) noexcept;
 ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept;
 ngx_int_t rl_redis_check_modes(ngx_cycle_t* cycle) noexcept;
+void rl_redis_exit_process(ngx_cycle_t* cycle) noexcept;
 
 // redis_conn.cpp
 // Queues a command on a node; nullptr if the node cannot take it now (down, backing off,
@@ -104,6 +105,8 @@ rl_redis_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t le
                              void* data, uintptr_t tag) noexcept;
 rl_redis_node_t* rl_redis_node_create(rl_redis_t* redis, const ngx_addr_t& addr) noexcept;
 void rl_redis_node_connect(rl_redis_node_t* node) noexcept;
+// Closes the node's connection at worker exit: nothing is in flight any more by then.
+void rl_redis_node_close(rl_redis_node_t* node) noexcept;
 // After a NOSCRIPT: queues SCRIPT LOAD unless one is already in flight, so that commands
 // queued after it find the script again.
 void rl_redis_reload_script(rl_redis_node_t* node) noexcept;

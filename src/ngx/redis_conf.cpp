@@ -310,3 +310,12 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
     }
     return NGX_OK;
 }
+
+void rl_redis_exit_process(ngx_cycle_t* cycle) noexcept {
+    auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratelimit_module));
+    if (mcf == nullptr) return;
+    auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);
+    for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
+        for (ngx_uint_t k = 0; k < all[i]->nnodes; k++) rl_redis_node_close(all[i]->nodes[k]);
+    }
+}

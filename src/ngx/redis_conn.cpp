@@ -317,6 +317,16 @@ void rl_redis_reload_script(rl_redis_node_t* node) noexcept {
     }
 }
 
+void rl_redis_node_close(rl_redis_node_t* node) noexcept {
+    if (node->retry.timer_set) {
+        ngx_del_timer(&node->retry);
+    }
+    if (node->c == nullptr) return;
+    ngx_close_connection(node->c);
+    node->c = nullptr;
+    node->state = RL_CONN_DOWN;
+}
+
 rl_redis_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_redis_done_pt done, void* data,
                              uintptr_t tag) noexcept {
     if (node->state == RL_CONN_DOWN) rl_redis_node_connect(node);
