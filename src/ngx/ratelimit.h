@@ -5,6 +5,7 @@
 
 #include "core/decide.h"
 #include "core/key_hash.h"
+#include "core/redis_command.h"
 #include "core/slot_table.h"
 #include "redis.h"
 
@@ -97,21 +98,24 @@ struct rl_ctx_t;
 // Whether a result has a decision (headers and variables show only those).
 inline bool rl_decided(const rl_result_t& res) { return res.store < RL_STORE_FAILED; }
 
-// One script call to Redis: the checks of one request that live on one server (one slot
-// of a cluster), decided together in one round trip.
+// One call to Redis: the checks of one request that live on one server (one slot of a
+// cluster), decided together, all or nothing, as one group of a batch (redis_request.cpp).
+struct rl_batch_t;
 struct rl_call_t {
     rl_ctx_t* ctx;
     rl_redis_t* redis;
     rl_redis_node_t* node;
-    ngx_uint_t* checks;   // indices into ctx->results
+    ngx_uint_t* checks;       // indices into ctx->results
     ngx_uint_t nchecks;
-    u_char* cmd;          // EVALSHA, in the request's pool
-    size_t len;
-    rl_redis_op_t* op;    // while in flight
-    uint8_t state;        // RL_CALL_*
-    uint8_t redirects;    // MOVED / ASK / NOSCRIPT retries so far
-    uint16_t slot;        // cluster: the slot of its keys
-    int64_t at;           // Redis's time of the decision
+    rl::RedisCheck* rchecks;  // the same, as the Redis command takes them (request pool)
+    ngx_queue_t queue;        // in node->queued until the end of the event-loop turn
+    rl_batch_t* batch;        // while in flight
+    uint16_t index;           // its group in the batch
+    uint16_t slot;            // cluster: the slot of its keys
+    uint8_t state;            // RL_CALL_*
+    uint8_t redirects;        // MOVED / ASK / NOSCRIPT retries so far
+    uint8_t solo;             // cluster: sent in a batch of its own (its slot is migrating)
+    int64_t at;               // Redis's time of the decision
 };
 
 enum { RL_CALL_PENDING = 0, RL_CALL_DONE, RL_CALL_FAILED };

@@ -23,6 +23,7 @@ struct rl_redis_op_t {
     void* data;      // the owner, or nullptr once abandoned (the reply is then dropped)
     uintptr_t tag;   // the owner's own index
     rl_redis_node_t* node;
+    ngx_uint_t weight;  // requests it carries (a batch carries many): what max_pending counts
 };
 
 enum rl_conn_state_e {
@@ -45,7 +46,9 @@ struct rl_redis_node_t {
     size_t out_sent;
     size_t out_cap;
     ngx_queue_t inflight;    // ops written or queued, in reply order
-    ngx_uint_t ninflight;
+    ngx_uint_t ninflight;    // their weight
+    ngx_queue_t queued;      // requests' calls waiting for the end of the loop turn (rl_call_t)
+    ngx_uint_t nqueued;
     ngx_uint_t handshake;    // handshake replies still expected
     ngx_msec_t backoff;
     ngx_event_t retry;       // reconnect after a failure
@@ -76,6 +79,9 @@ struct rl_redis_t {
     ngx_uint_t nnodes;
     ngx_uint_t nodes_cap;
     ngx_queue_t free_ops;
+    ngx_queue_t free_batches; // redis_request.cpp
+    void* scratch;            // for building commands and reading replies
+    size_t scratch_size;
     u_char* handshake;        // AUTH / SELECT / SCRIPT LOAD, written first on each connection
     size_t handshake_len;
     ngx_uint_t handshake_replies;
@@ -102,7 +108,11 @@ void rl_redis_exit_process(ngx_cycle_t* cycle) noexcept;
 // Queues a command on a node; nullptr if the node cannot take it now (down, backing off,
 // too many in flight): the caller applies on_error at once.
 rl_redis_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_redis_done_pt done,
-                             void* data, uintptr_t tag) noexcept;
+                             void* data, uintptr_t tag, ngx_uint_t weight = 1) noexcept;
+// Whether the node can take `more` commands now (connecting it if it is down).
+bool rl_redis_can_send(rl_redis_node_t* node, ngx_uint_t more) noexcept;
+// Writes what is queued at the end of this event-loop turn.
+void rl_redis_schedule_flush(rl_redis_node_t* node) noexcept;
 rl_redis_node_t* rl_redis_node_create(rl_redis_t* redis, const ngx_addr_t& addr) noexcept;
 void rl_redis_node_connect(rl_redis_node_t* node) noexcept;
 // Closes the node's connection at worker exit: nothing is in flight any more by then.
@@ -110,5 +120,9 @@ void rl_redis_node_close(rl_redis_node_t* node) noexcept;
 // After a NOSCRIPT: queues SCRIPT LOAD unless one is already in flight, so that commands
 // queued after it find the script again.
 void rl_redis_reload_script(rl_redis_node_t* node) noexcept;
+// redis_request.cpp: the calls queued on a node go out as batches (from the flush), or fail
+// (when the node fails).
+void rl_redis_flush_queued(rl_redis_node_t* node) noexcept;
+void rl_redis_fail_queued(rl_redis_node_t* node) noexcept;
 // Logs a Redis error at most once per second per ratelimit_redis.
 void rl_redis_error(rl_redis_t* redis, const char* fmt, ...) noexcept;

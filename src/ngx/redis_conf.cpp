@@ -295,6 +295,7 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
         redis->log = cycle->log;
         redis->pool = cycle->pool;
         ngx_queue_init(&redis->free_ops);
+        ngx_queue_init(&redis->free_batches);
         if (!build_handshake(cycle->pool, redis)) return NGX_ERROR;
         auto* addrs = static_cast<ngx_addr_t*>(redis->addrs->elts);
         redis->nodes_cap = redis->addrs->nelts + 8;

@@ -53,7 +53,7 @@ void schedule_flush(rl_redis_node_t* node) {
 }
 
 rl_redis_op_t* enqueue(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_redis_done_pt done, void* data,
-                       uintptr_t tag) {
+                       uintptr_t tag, ngx_uint_t weight) {
     rl_redis_op_t* op = op_alloc(node->redis);
     if (op == nullptr || !out_reserve(node, len)) {
         if (op) op_free(node->redis, op);
@@ -65,8 +65,9 @@ rl_redis_op_t* enqueue(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_
     op->data = data;
     op->tag = tag;
     op->node = node;
+    op->weight = weight;
     ngx_queue_insert_tail(&node->inflight, &op->queue);
-    node->ninflight++;
+    node->ninflight += weight;
     schedule_flush(node);
     return op;
 }
@@ -97,6 +98,8 @@ void script_loaded(rl_redis_op_t* op, redisReply* reply) noexcept {
 void on_flush(ngx_event_t* ev) noexcept {
     auto* node = static_cast<rl_redis_node_t*>(ev->data);
     if (node->state != RL_CONN_READY || node->c == nullptr) return;
+    rl_redis_flush_queued(node);  // may fail the node
+    if (node->c == nullptr) return;
     ngx_connection_t* c = node->c;
     while (node->out_sent < node->out_len) {
         ssize_t n = c->send(c, node->out + node->out_sent, node->out_len - node->out_sent);
@@ -165,8 +168,8 @@ void on_read(ngx_event_t* rev) noexcept {
             }
             ngx_queue_t* q = ngx_queue_head(&node->inflight);
             ngx_queue_remove(q);
-            node->ninflight--;
             auto* op = ngx_queue_data(q, rl_redis_op_t, queue);
+            node->ninflight -= op->weight;
             if (op->data != nullptr) op->done(op, reply);
             freeReplyObject(reply);
             op_free(redis, op);
@@ -211,6 +214,7 @@ void node_fail(rl_redis_node_t* node, const char* why) noexcept {
         op_free(node->redis, op);
     }
     node->ninflight = 0;
+    rl_redis_fail_queued(node);
     rl_cluster_node_failed(node);
     if (!ngx_exiting && !ngx_quit && !ngx_terminate) {
         ngx_add_timer(&node->retry, node->backoff);
@@ -247,6 +251,7 @@ rl_redis_node_t* rl_redis_node_create(rl_redis_t* redis, const ngx_addr_t& addr)
     node->state = RL_CONN_DOWN;
     node->backoff = kBackoffMin;
     ngx_queue_init(&node->inflight);
+    ngx_queue_init(&node->queued);
     node->retry.handler = on_retry;
     node->retry.data = node;
     node->retry.log = redis->log;
@@ -298,7 +303,7 @@ void rl_redis_node_connect(rl_redis_node_t* node) noexcept {
     node->handshake = redis->handshake_replies;
     const u_char* p = redis->handshake;
     for (ngx_uint_t i = 0; i < redis->handshake_replies; i++) {
-        if (enqueue(node, i == 0 ? p : nullptr, i == 0 ? redis->handshake_len : 0, handshake_done, node, i) ==
+        if (enqueue(node, i == 0 ? p : nullptr, i == 0 ? redis->handshake_len : 0, handshake_done, node, i, 1) ==
             nullptr) {
             node_fail(node, "out of memory");
             return;
@@ -312,7 +317,7 @@ void rl_redis_node_connect(rl_redis_node_t* node) noexcept {
 void rl_redis_reload_script(rl_redis_node_t* node) noexcept {
     if (node->reloading || node->state == RL_CONN_BACKOFF || node->state == RL_CONN_DOWN) return;
     rl_redis_t* redis = node->redis;
-    if (enqueue(node, redis->script_load, redis->script_load_len, script_loaded, node, 0) != nullptr) {
+    if (enqueue(node, redis->script_load, redis->script_load_len, script_loaded, node, 0, 1) != nullptr) {
         node->reloading = 1;
     }
 }
@@ -327,10 +332,20 @@ void rl_redis_node_close(rl_redis_node_t* node) noexcept {
     node->state = RL_CONN_DOWN;
 }
 
-rl_redis_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_redis_done_pt done, void* data,
-                             uintptr_t tag) noexcept {
+void rl_redis_schedule_flush(rl_redis_node_t* node) noexcept {
+    if (node->state == RL_CONN_READY && !node->flush.posted) {
+        ngx_post_event(&node->flush, &ngx_posted_events);
+    }
+}
+
+bool rl_redis_can_send(rl_redis_node_t* node, ngx_uint_t more) noexcept {
     if (node->state == RL_CONN_DOWN) rl_redis_node_connect(node);
-    if (node->state == RL_CONN_BACKOFF || node->state == RL_CONN_DOWN) return nullptr;
-    if (node->ninflight >= node->redis->max_pending + node->handshake) return nullptr;
-    return enqueue(node, cmd, len, done, data, tag);
+    if (node->state == RL_CONN_BACKOFF || node->state == RL_CONN_DOWN) return false;
+    return node->ninflight + node->nqueued + more <= node->redis->max_pending + node->handshake;
+}
+
+rl_redis_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_redis_done_pt done, void* data,
+                             uintptr_t tag, ngx_uint_t weight) noexcept {
+    if (!rl_redis_can_send(node, weight)) return nullptr;
+    return enqueue(node, cmd, len, done, data, tag, weight);
 }

@@ -1,11 +1,31 @@
-// A request's Redis side: its checks grouped into script calls (one per server, or per slot
-// of a cluster), sent on the workers' pipelined connections, their replies decoded into the
-// request's results; refunds when the request is rejected after all.
+// A request's Redis side: its checks grouped into calls (one per server, or per slot of a
+// cluster). Calls wait on their node until the end of the event-loop turn; then all the calls
+// queued on a node go out as ONE script run (a batch: each request is a group, all or nothing
+// on its own), so Redis runs one script for many requests. Replies are decoded into the
+// requests' results; refunds when a request is rejected after all.
 #include "ratelimit.h"
 
 #include "core/redis_command.h"
 #include "core/redis_keys.h"
 #include "redis_cluster.h"
+
+constexpr ngx_uint_t kMaxGroups = 64;  // requests per script run: bounds its reply and its time in Redis
+
+// What a timed-out call needs for a refund if Redis admits it late (the request is gone).
+struct rl_late_t {
+    ngx_uint_t nchecks;
+    rl::RedisCheck checks[1];  // nchecks of them; zone names and policies live in the configuration
+};
+
+// One script run in flight: the calls it carries, in group order.
+struct rl_batch_t {
+    ngx_queue_t link;  // in the free list
+    rl_redis_t* redis;
+    ngx_uint_t n;
+    uint16_t sizes[kMaxGroups];    // each group's number of checks, to read the reply
+    rl_call_t* calls[kMaxGroups];  // nullptr once a call is abandoned
+    rl_late_t* late[kMaxGroups];   // an abandoned call's refund, armed if its request was rejected
+};
 
 namespace {
 
@@ -27,18 +47,33 @@ rl::RedisCheck* checks_of(rl_call_t* call, ngx_pool_t* pool) {
     return checks;
 }
 
-// Builds the call's command: EVALSHA, or EVAL with the script's text.
-bool build_command(rl_call_t* call, ngx_pool_t* pool, bool eval) {
-    rl::RedisCheck* checks = checks_of(call, pool);
-    if (checks == nullptr) return false;
-    rl::CommandScript script = eval ? rl::CommandScript::eval : rl::CommandScript::evalsha;
-    std::string_view prefix = sv(call->redis->prefix);
-    size_t len = rl::decide_command_len(script, false, prefix, checks, call->nchecks, 0);
-    auto* buf = static_cast<u_char*>(ngx_pnalloc(pool, len));
-    if (buf == nullptr) return false;
-    call->len = rl::write_decide_command(reinterpret_cast<char*>(buf), script, false, prefix, checks, call->nchecks, 0);
-    call->cmd = buf;
-    return true;
+// Scratch memory of a ratelimit_redis for building commands and decoding replies: reused, so
+// the request path does not allocate per batch.
+void* scratch(rl_redis_t* redis, size_t bytes) {
+    if (bytes > redis->scratch_size) {
+        size_t size = redis->scratch_size ? redis->scratch_size : 4096;
+        while (size < bytes) size *= 2;
+        void* mem = ngx_alloc(size, redis->log);
+        if (mem == nullptr) return nullptr;
+        ngx_free(redis->scratch);
+        redis->scratch = mem;
+        redis->scratch_size = size;
+    }
+    return redis->scratch;
+}
+
+rl_batch_t* batch_alloc(rl_redis_t* redis) {
+    if (!ngx_queue_empty(&redis->free_batches)) {
+        ngx_queue_t* q = ngx_queue_head(&redis->free_batches);
+        ngx_queue_remove(q);
+        return ngx_queue_data(q, rl_batch_t, link);
+    }
+    return static_cast<rl_batch_t*>(ngx_alloc(sizeof(rl_batch_t), redis->log));
+}
+
+void batch_free(rl_batch_t* batch) {
+    for (ngx_uint_t i = 0; i < batch->n; i++) ngx_free(batch->late[i]);
+    ngx_queue_insert_head(&batch->redis->free_batches, &batch->link);
 }
 
 void call_failed(rl_call_t* call) {
@@ -51,38 +86,77 @@ void call_settled(rl_call_t* call) {
     if (--ctx->waiting == 0) rl_redis_finished(ctx);
 }
 
-void on_reply(rl_redis_op_t* op, redisReply* reply) noexcept;
-
-bool send_call(rl_call_t* call) {
-    call->op = rl_redis_send(call->node, call->cmd, call->len, on_reply, call, 0);
-    return call->op != nullptr;
+void call_fails_now(rl_call_t* call) {
+    call_failed(call);
+    call_settled(call);
 }
 
-// Decodes a decide reply into the call's results; false if it is not one.
-bool take_reply(rl_call_t* call, const redisReply* reply) {
-    constexpr size_t kMaxValues = 2 + 4 * 64;
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements > kMaxValues) return false;
-    int64_t values[kMaxValues];
-    for (size_t i = 0; i < reply->elements; i++) {
-        if (reply->element[i]->type != REDIS_REPLY_INTEGER) return false;
-        values[i] = reply->element[i]->integer;
+// Queues a call on its node for the end of this event-loop turn. False if the node cannot
+// take it now (down, backing off, too much in flight): on_error applies at once.
+bool queue_call(rl_call_t* call, bool first) {
+    rl_redis_node_t* node = call->node;
+    if (!rl_redis_can_send(node, node->nqueued + 1)) return false;
+    if (first) {
+        ngx_queue_insert_head(&node->queued, &call->queue);
+    } else {
+        ngx_queue_insert_tail(&node->queued, &call->queue);
     }
-    rl::Decision decisions[64];
-    if (call->nchecks > 64) return false;
-    int64_t now = 0;
-    if (!rl::decode_decide_reply(values, reply->elements, call->nchecks, decisions, &now)) return false;
-    call->at = now;
-    // The script is all or nothing: its checks consumed only if every one of them allowed.
-    bool admitted = true;
-    for (ngx_uint_t i = 0; i < call->nchecks; i++) admitted = admitted && decisions[i].allowed;
-    for (ngx_uint_t i = 0; i < call->nchecks; i++) {
-        rl_result_t& res = call->ctx->results[call->checks[i]];
-        res.decision = decisions[i];
-        res.decision.limit = res.applied->policy.requests;
-        res.at = now;
-        res.consumed = admitted && res.cost > 0;
-    }
+    node->nqueued++;
+    call->batch = nullptr;
+    rl_redis_schedule_flush(node);
     return true;
+}
+
+void on_batch_reply(rl_redis_op_t* op, redisReply* reply) noexcept;
+
+// Sends calls[0..n) as one script run on `node`. Failed calls settle at once.
+void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n) {
+    rl_redis_t* redis = node->redis;
+    rl::RedisGroup groups[kMaxGroups];
+    for (ngx_uint_t i = 0; i < n; i++) groups[i] = rl::RedisGroup{calls[i]->rchecks, calls[i]->nchecks};
+    std::string_view prefix = sv(redis->prefix);
+    size_t len = rl::batch_command_len(rl::CommandScript::evalsha, false, prefix, groups, n, 0);
+    auto* buf = static_cast<char*>(scratch(redis, len));
+    rl_batch_t* batch = buf ? batch_alloc(redis) : nullptr;
+    rl_redis_op_t* op = nullptr;
+    if (batch != nullptr) {
+        len = rl::write_batch_command(buf, rl::CommandScript::evalsha, false, prefix, groups, n, 0);
+        op = rl_redis_send(node, reinterpret_cast<u_char*>(buf), len, on_batch_reply, batch, 0, n);
+    }
+    if (op == nullptr) {
+        if (batch != nullptr) {
+            ngx_queue_insert_head(&redis->free_batches, &batch->link);
+        }
+        for (ngx_uint_t i = 0; i < n; i++) call_fails_now(calls[i]);
+        return;
+    }
+    batch->redis = redis;
+    batch->n = n;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        batch->calls[i] = calls[i];
+        batch->sizes[i] = static_cast<uint16_t>(calls[i]->nchecks);
+        batch->late[i] = nullptr;
+        calls[i]->batch = batch;
+        calls[i]->index = static_cast<uint16_t>(i);
+    }
+}
+
+// A call that came back unanswered for a reason Redis can fix at once: try it again.
+void retry_call(rl_call_t* call) {
+    if (++call->redirects > 5 || !queue_call(call, true)) call_fails_now(call);
+}
+
+// ASK: the call goes to the node named, right after ASKING (which applies to the next command
+// on that connection only), so it cannot wait in the queue behind other calls.
+void send_asking(rl_call_t* call) {
+    static const char kAsking[] = "*1\r\n$6\r\nASKING\r\n";
+    if (++call->redirects > 5 ||
+        !rl_redis_send(call->node, reinterpret_cast<const u_char*>(kAsking), sizeof(kAsking) - 1,
+                       [](rl_redis_op_t*, redisReply*) noexcept {}, call->redis, 0)) {
+        call_fails_now(call);
+        return;
+    }
+    send_batch(call->node, &call, 1);
 }
 
 bool is_error(const redisReply* reply, const char* prefix) {
@@ -90,48 +164,108 @@ bool is_error(const redisReply* reply, const char* prefix) {
     return reply->type == REDIS_REPLY_ERROR && reply->len >= n && ngx_strncmp(reply->str, prefix, n) == 0;
 }
 
-void on_asking_reply(rl_redis_op_t*, redisReply*) noexcept {}
+void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n);
 
-// A cluster node answered MOVED or ASK: retry on the node it names. True if the call went.
-bool follow_redirect(rl_call_t* call, const redisReply* reply) {
-    bool ask = false;
-    rl_redis_node_t* node = rl_cluster_redirect(call->redis, reply, &ask);
-    if (node == nullptr || call->redirects >= 5) return false;
-    call->redirects++;
-    call->node = node;
-    if (ask) {
-        // ASKING applies to the next command on that connection: queue both back to back.
-        static const char kAsking[] = "*1\r\n$6\r\nASKING\r\n";
-        if (!rl_redis_send(node, reinterpret_cast<const u_char*>(kAsking), sizeof(kAsking) - 1, on_asking_reply,
-                           call->redis, 0)) {
-            return false;
-        }
+// Distributes a decided batch to its calls; late admissions of abandoned calls are refunded.
+bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* node) {
+    rl_redis_t* redis = batch->redis;
+    rl::RedisGroup groups[kMaxGroups];
+    size_t total = 0;
+    for (ngx_uint_t i = 0; i < batch->n; i++) {
+        groups[i] = rl::RedisGroup{nullptr, batch->sizes[i]};  // an abandoned call's request may be gone
+        total += batch->sizes[i];
     }
-    return send_call(call);
+    if (reply->type != REDIS_REPLY_ARRAY) return false;
+    size_t nvalues = reply->elements;
+    size_t bytes = nvalues * sizeof(int64_t) + total * sizeof(rl::Decision) + kMaxGroups * sizeof(bool);
+    auto* mem = static_cast<u_char*>(scratch(redis, bytes));
+    if (mem == nullptr) return false;
+    auto* values = reinterpret_cast<int64_t*>(mem);
+    auto* decisions = reinterpret_cast<rl::Decision*>(values + nvalues);
+    auto* admitted = reinterpret_cast<bool*>(decisions + total);
+    for (size_t i = 0; i < nvalues; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_INTEGER) return false;
+        values[i] = reply->element[i]->integer;
+    }
+    int64_t now = 0;
+    if (!rl::decode_batch_reply(values, nvalues, groups, batch->n, decisions, admitted, &now)) return false;
+
+    size_t at = 0;
+    for (ngx_uint_t g = 0; g < batch->n; g++) {
+        rl_call_t* call = batch->calls[g];
+        if (call != nullptr) {
+            call->at = now;
+            for (ngx_uint_t i = 0; i < call->nchecks; i++) {
+                rl_result_t& res = call->ctx->results[call->checks[i]];
+                res.decision = decisions[at + i];
+                res.decision.limit = res.applied->policy.requests;
+                res.at = now;
+                res.consumed = admitted[g] && res.cost > 0;
+            }
+            call->batch = nullptr;
+            call->state = RL_CALL_DONE;
+            call_settled(call);
+        } else if (batch->late[g] != nullptr && admitted[g]) {
+            rl_late_t* late = batch->late[g];
+            for (ngx_uint_t i = 0; i < late->nchecks; i++) late->checks[i].at = now;
+            send_refund(redis, node, late->checks, late->nchecks);
+        }
+        at += groups[g].n;
+    }
+    return true;
 }
 
-void on_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
-    auto* call = static_cast<rl_call_t*>(op->data);
-    call->op = nullptr;
-    if (reply != nullptr && is_error(reply, "NOSCRIPT") && call->redirects < 5) {
-        // Redis restarted or its scripts were flushed: load the script again ahead of the retry.
-        call->redirects++;
-        rl_redis_reload_script(call->node);
-        if (send_call(call)) return;
-    } else if (reply != nullptr && call->redis->cluster && (is_error(reply, "MOVED ") || is_error(reply, "ASK "))) {
-        if (follow_redirect(call, reply)) return;
-    } else if (reply != nullptr && take_reply(call, reply)) {
-        call->state = RL_CALL_DONE;
-        call_settled(call);
+void on_batch_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
+    auto* batch = static_cast<rl_batch_t*>(op->data);
+    rl_redis_t* redis = batch->redis;
+    rl_redis_node_t* node = op->node;
+    bool retry = false, ask = false;
+    rl_redis_node_t* moved_to = nullptr;
+
+    if (reply != nullptr && is_error(reply, "NOSCRIPT")) {
+        // Redis restarted or its scripts were flushed: nothing ran. Load the script again and
+        // queue the calls once more, ahead of the others.
+        rl_redis_reload_script(node);
+        retry = true;
+    } else if (reply != nullptr && redis->cluster && (is_error(reply, "MOVED ") || is_error(reply, "ASK "))) {
+        moved_to = rl_cluster_redirect(redis, reply, &ask);
+        retry = moved_to != nullptr;
+    } else if (reply != nullptr && redis->cluster && is_error(reply, "TRYAGAIN") && batch->n > 1) {
+        // A slot in migration, with some of the batch's keys moved and some not: each request
+        // on its own is on one side or the other (and gets its own ASK).
+        for (ngx_uint_t g = 0; g < batch->n; g++) {
+            if (batch->calls[g] != nullptr) batch->calls[g]->solo = 1;
+        }
+        retry = true;
+    } else if (reply != nullptr && take_batch(batch, reply, node)) {
+        batch_free(batch);
         return;
     } else if (reply != nullptr) {
-        if (call->redis->cluster) rl_cluster_refresh_soon(call->redis);  // CLUSTERDOWN, TRYAGAIN...
-        rl_redis_error(call->redis, "ratelimit redis \"%V\" at %V: unexpected reply: %*s", &call->redis->name,
-                       &call->node->addr.name, reply->type == REDIS_REPLY_ERROR ? static_cast<size_t>(reply->len) : 0,
-                       reply->str);
+        if (redis->cluster) rl_cluster_refresh_soon(redis);  // CLUSTERDOWN, TRYAGAIN...
+        rl_redis_error(redis, "ratelimit redis \"%V\" at %V: unexpected reply: %*s", &redis->name, &node->addr.name,
+                       reply->type == REDIS_REPLY_ERROR ? static_cast<size_t>(reply->len) : 0, reply->str);
     }
-    call_failed(call);
-    call_settled(call);
+
+    // Nothing of this batch ran: retry its live calls, or fail them. In reverse order, so
+    // that queueing each one first keeps their order.
+    for (ngx_uint_t g = batch->n; g > 0; g--) {
+        rl_call_t* call = batch->calls[g - 1];
+        if (call == nullptr) continue;
+        call->batch = nullptr;
+        if (!retry) {
+            call_fails_now(call);
+        } else if (moved_to != nullptr) {
+            call->node = moved_to;
+            if (ask) {
+                send_asking(call);
+            } else {
+                retry_call(call);
+            }
+        } else {
+            retry_call(call);
+        }
+    }
+    batch_free(batch);
 }
 
 void on_refund_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
@@ -140,6 +274,32 @@ void on_refund_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
         rl_redis_error(redis, "ratelimit redis \"%V\": a refund failed: %*s", &redis->name,
                        reply != nullptr ? static_cast<size_t>(reply->len) : 0, reply != nullptr ? reply->str : "");
     }
+}
+
+// Fire and forget: the request does not wait for its refund. Refunds are rare: their own
+// buffer, as the scratch may be holding a reply being read.
+void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n) {
+    std::string_view prefix = sv(redis->prefix);
+    size_t len = rl::refund_command_len(prefix, checks, n);
+    auto* buf = static_cast<char*>(ngx_alloc(len, redis->log));
+    if (buf == nullptr) return;
+    len = rl::write_refund_command(buf, prefix, checks, n);
+    if (rl_redis_send(node, reinterpret_cast<u_char*>(buf), len, on_refund_reply, redis, 0) == nullptr) {
+        rl_redis_error(redis, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
+    }
+    ngx_free(buf);
+}
+
+// A call that timed out is still in flight; its request was rejected meanwhile. If Redis admits
+// it late, what it consumed must be given back: its batch keeps what a refund needs.
+void arm_late_refund(rl_call_t* call) {
+    rl_batch_t* batch = call->batch;
+    size_t bytes = sizeof(rl_late_t) + call->nchecks * sizeof(rl::RedisCheck);
+    auto* late = static_cast<rl_late_t*>(ngx_alloc(bytes, call->redis->log));
+    if (late == nullptr) return;
+    late->nchecks = call->nchecks;
+    for (ngx_uint_t i = 0; i < call->nchecks; i++) late->checks[i] = call->rchecks[i];
+    batch->late[call->index] = late;
 }
 
 // The cluster slot of a result's Redis key.
@@ -154,9 +314,8 @@ uint16_t slot_of(const rl_result_t& res) {
 
 // The call a result's check goes into, created on first use: one per ratelimit_redis, and
 // in a cluster one per slot (a script's keys must share a slot).
-rl_call_t* call_for(rl_ctx_t* ctx, const rl_result_t& res) {
+rl_call_t* call_for(rl_ctx_t* ctx, const rl_result_t& res, uint16_t slot) {
     rl_redis_t* redis = res.applied->zone->redis;
-    uint16_t slot = redis->cluster ? slot_of(res) : 0;
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
         if (ctx->calls[k].redis == redis && ctx->calls[k].slot == slot) return &ctx->calls[k];
     }
@@ -168,58 +327,38 @@ rl_call_t* call_for(rl_ctx_t* ctx, const rl_result_t& res) {
     return call;
 }
 
-// Fire and forget: the request does not wait for its refund. The command is built in
-// `pool` and copied into the connection's buffer at once.
-void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n,
-                 ngx_pool_t* pool) {
-    std::string_view prefix = sv(redis->prefix);
-    size_t len = rl::refund_command_len(prefix, checks, n);
-    auto* buf = static_cast<u_char*>(pool ? ngx_pnalloc(pool, len) : ngx_alloc(len, redis->log));
-    if (buf == nullptr) return;
-    len = rl::write_refund_command(reinterpret_cast<char*>(buf), prefix, checks, n);
-    if (rl_redis_send(node, buf, len, on_refund_reply, redis, 0) == nullptr) {
-        rl_redis_error(redis, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
-    }
-    if (pool == nullptr) ngx_free(buf);
-}
-
-// A call that timed out is still in flight. If Redis admits it late, the request (which was
-// rejected meanwhile) must not keep what it consumed: the op keeps what a refund needs.
-struct rl_late_t {
-    rl_redis_t* redis;
-    ngx_uint_t nchecks;
-    rl::RedisCheck checks[1];  // nchecks of them; zone names and policies live in the configuration
-};
-
-void on_late_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
-    auto* late = static_cast<rl_late_t*>(op->data);
-    constexpr size_t kMaxValues = 2 + 4 * 64;
-    if (reply != nullptr && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 2 && reply->elements <= kMaxValues &&
-        reply->element[0]->type == REDIS_REPLY_INTEGER && reply->element[0]->integer == 1 &&
-        reply->element[1]->type == REDIS_REPLY_INTEGER) {
-        for (ngx_uint_t i = 0; i < late->nchecks; i++) late->checks[i].at = reply->element[1]->integer;
-        send_refund(late->redis, op->node, late->checks, late->nchecks, nullptr);
-    }
-    ngx_free(late);
-}
-
-void arm_late_refund(rl_call_t* call) {
-    size_t bytes = sizeof(rl_late_t) + call->nchecks * sizeof(rl::RedisCheck);
-    auto* late = static_cast<rl_late_t*>(ngx_alloc(bytes, call->redis->log));
-    rl::RedisCheck* checks = late ? checks_of(call, call->ctx->r->pool) : nullptr;
-    if (checks == nullptr) {
-        ngx_free(late);
-        return;
-    }
-    late->redis = call->redis;
-    late->nchecks = call->nchecks;
-    for (ngx_uint_t i = 0; i < call->nchecks; i++) late->checks[i] = checks[i];
-    call->op->done = on_late_reply;
-    call->op->data = late;
-    call->op = nullptr;
-}
-
 }  // namespace
+
+void rl_redis_flush_queued(rl_redis_node_t* node) noexcept {
+    while (!ngx_queue_empty(&node->queued)) {
+        // All the calls queued on the node in one run; in a cluster, those of one slot.
+        rl_call_t* calls[kMaxGroups];
+        ngx_uint_t n = 0;
+        ngx_queue_t* q = ngx_queue_head(&node->queued);
+        uint16_t slot = (ngx_queue_data(q, rl_call_t, queue))->slot;
+        bool solo = (ngx_queue_data(q, rl_call_t, queue))->solo;
+        while (q != ngx_queue_sentinel(&node->queued) && n < (solo ? 1 : kMaxGroups)) {
+            ngx_queue_t* next = ngx_queue_next(q);
+            rl_call_t* call = ngx_queue_data(q, rl_call_t, queue);
+            if (n == 0 || !node->redis->cluster || (call->slot == slot && !call->solo)) {
+                ngx_queue_remove(q);
+                node->nqueued--;
+                calls[n++] = call;
+            }
+            q = next;
+        }
+        send_batch(node, calls, n);
+    }
+}
+
+void rl_redis_fail_queued(rl_redis_node_t* node) noexcept {
+    while (!ngx_queue_empty(&node->queued)) {
+        ngx_queue_t* q = ngx_queue_head(&node->queued);
+        ngx_queue_remove(q);
+        node->nqueued--;
+        call_fails_now(ngx_queue_data(q, rl_call_t, queue));
+    }
+}
 
 ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
     ngx_http_request_t* r = ctx->r;
@@ -227,20 +366,25 @@ ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
     // At most one call per result; each result's index goes into exactly one call.
     ctx->calls = static_cast<rl_call_t*>(ngx_pcalloc(r->pool, n * sizeof(rl_call_t)));
     auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(r->pool, n * sizeof(ngx_uint_t)));
-    if (ctx->calls == nullptr || indices == nullptr) {
+    auto* slots = static_cast<uint16_t*>(ngx_palloc(r->pool, n * sizeof(uint16_t)));
+    if (ctx->calls == nullptr || indices == nullptr || slots == nullptr) {
         for (ngx_uint_t i = 0; i < n; i++) {
             if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_FAILED;
         }
         return 0;
     }
+    for (ngx_uint_t i = 0; i < n; i++) {
+        const rl_result_t& res = ctx->results[i];
+        slots[i] = res.store == RL_STORE_REDIS && res.applied->zone->redis->cluster ? slot_of(res) : 0;
+    }
 
-    // One call per ratelimit_redis (per slot in a cluster): its checks in one script run,
-    // all or nothing. First count each call's checks, then give each call its run of indices.
+    // One call per ratelimit_redis (per slot in a cluster): its checks in one group, all or
+    // nothing. First count each call's checks, then give each call its run of indices.
     for (int pass = 0; pass < 2; pass++) {
         for (ngx_uint_t i = 0; i < n; i++) {
             rl_result_t& res = ctx->results[i];
             if (res.store != RL_STORE_REDIS) continue;
-            rl_call_t* call = call_for(ctx, res);
+            rl_call_t* call = call_for(ctx, res, slots[i]);
             if (pass == 1) call->checks[call->nchecks] = i;
             call->nchecks++;
         }
@@ -255,7 +399,8 @@ ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
 
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
         rl_call_t* call = &ctx->calls[k];
-        if (build_command(call, r->pool, false) && send_call(call)) {
+        call->rchecks = checks_of(call, r->pool);
+        if (call->rchecks != nullptr && queue_call(call, false)) {
             ctx->waiting++;
         } else {
             call_failed(call);
@@ -268,9 +413,14 @@ void rl_redis_abandon(rl_ctx_t* ctx) noexcept {
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
         rl_call_t* call = &ctx->calls[k];
         if (call->state != RL_CALL_PENDING) continue;
-        // Detached: a late reply is dropped, unless rl_redis_refund arms a late refund on it
-        // right away (the op pointer is only kept for that).
-        if (call->op != nullptr) call->op->data = nullptr;
+        if (call->batch != nullptr) {
+            // In flight: its group's reply is dropped, unless rl_redis_refund arms a late
+            // refund right away (call->batch is kept only for that).
+            call->batch->calls[call->index] = nullptr;
+        } else {
+            ngx_queue_remove(&call->queue);  // never sent: nothing to undo
+            call->node->nqueued--;
+        }
         call_failed(call);
     }
     ctx->waiting = 0;
@@ -279,7 +429,7 @@ void rl_redis_abandon(rl_ctx_t* ctx) noexcept {
 void rl_redis_refund(rl_ctx_t* ctx) noexcept {
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
         rl_call_t* call = &ctx->calls[k];
-        if (call->state == RL_CALL_FAILED && call->op != nullptr) {
+        if (call->state == RL_CALL_FAILED && call->batch != nullptr) {
             arm_late_refund(call);
             continue;
         }
@@ -287,12 +437,12 @@ void rl_redis_refund(rl_ctx_t* ctx) noexcept {
         bool consumed = false;
         for (ngx_uint_t i = 0; i < call->nchecks; i++) consumed = consumed || ctx->results[call->checks[i]].consumed;
         if (!consumed) continue;
-        rl::RedisCheck* checks = checks_of(call, ctx->r->pool);
-        if (checks != nullptr) send_refund(call->redis, call->node, checks, call->nchecks, ctx->r->pool);
+        rl::RedisCheck* checks = checks_of(call, ctx->r->pool);  // with each result's decision time
+        if (checks != nullptr) send_refund(call->redis, call->node, checks, call->nchecks);
         for (ngx_uint_t i = 0; i < call->nchecks; i++) ctx->results[call->checks[i]].consumed = false;
     }
 }
 
 void rl_redis_forget(rl_ctx_t* ctx) noexcept {
-    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) ctx->calls[k].op = nullptr;
+    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) ctx->calls[k].batch = nullptr;
 }
