@@ -21,8 +21,6 @@ void rl_ctx_cleanup(void* data) noexcept {
     rl_redis_abandon(ctx);
 }
 
-std::string_view sv(const ngx_str_t& s) { return {reinterpret_cast<const char*>(s.data), s.len}; }
-
 int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, const rl_zone_t* zone) {
     if (limit.quantity_cv == nullptr) return limit.quantity;
     ngx_str_t value;
@@ -30,7 +28,7 @@ int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, const rl_zo
     int64_t cost;
     if (value.len == 0) return 1;
     // Costs above what a limit can ever admit are rejected by the algorithm (kNever).
-    if (!rl::parse_int(sv(value), 0, rl::kMaxRequests, cost)) {
+    if (!rl::parse_int(rl_sv(value), 0, rl::kMaxRequests, cost)) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "ratelimit zone \"%V\": invalid quantity \"%V\", counted as 1", &zone->name, &value);
         return 1;

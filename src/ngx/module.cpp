@@ -84,39 +84,31 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 
     for (ngx_uint_t i = 1; i < cf->args->nelts; i++) {
         ngx_str_t a = args[i];
-        std::string_view v;
-        auto value_of = [&](const char* prefix) {
-            size_t n = ngx_strlen(prefix);
-            if (a.len < n || ngx_strncmp(a.data, prefix, n) != 0) return false;
-            v = std::string_view(reinterpret_cast<char*>(a.data) + n, a.len - n);
-            return true;
-        };
-        if (value_of("zone=")) {
-            ngx_str_t name{v.size(), reinterpret_cast<u_char*>(const_cast<char*>(v.data()))};
-            if (name.len == 0) {
+        ngx_str_t v;
+        if (rl_arg(a, "zone=", v)) {
+            if (v.len == 0) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid zone name \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
-            limit.shm_zone = ngx_shared_memory_add(cf, &name, 0, &ngx_http_ratelimit_module);
+            limit.shm_zone = ngx_shared_memory_add(cf, &v, 0, &ngx_http_ratelimit_module);
             if (limit.shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
-        } else if (value_of("burst=")) {
-            if (!rl::parse_int(v, 0, rl::kMaxRequests, limit.burst)) {
+        } else if (rl_arg(a, "burst=", v)) {
+            if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.burst)) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid burst \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             limit.burst_set = true;
-        } else if (value_of("quantity=")) {
-            if (!v.empty() && v[0] == '$') {
-                ngx_str_t value{v.size(), reinterpret_cast<u_char*>(const_cast<char*>(v.data()))};
+        } else if (rl_arg(a, "quantity=", v)) {
+            if (v.len > 0 && v.data[0] == '$') {
                 auto* cv = static_cast<ngx_http_complex_value_t*>(ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t)));
                 if (cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
                 ngx_http_compile_complex_value_t ccv{};
                 ccv.cf = cf;
-                ccv.value = &value;
+                ccv.value = &v;
                 ccv.complex_value = cv;
                 if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
                 limit.quantity_cv = cv;
-            } else if (!rl::parse_int(v, 0, rl::kMaxRequests, limit.quantity)) {
+            } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.quantity)) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid quantity \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }

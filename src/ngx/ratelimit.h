@@ -11,6 +11,17 @@
 
 extern "C" ngx_module_t ngx_http_ratelimit_module;
 
+inline std::string_view rl_sv(const ngx_str_t& s) { return {reinterpret_cast<const char*>(s.data), s.len}; }
+
+// A "name=value" directive argument: true, with `value` set, when `arg` starts with `prefix`.
+inline bool rl_arg(const ngx_str_t& arg, const char* prefix, ngx_str_t& value) {
+    size_t n = ngx_strlen(prefix);
+    if (arg.len < n || ngx_strncmp(arg.data, prefix, n) != 0) return false;
+    value.data = arg.data + n;
+    value.len = arg.len - n;
+    return true;
+}
+
 // One ratelimit_zone: its policy and its shared-memory table (shm_zone->data).
 struct rl_zone_t {
     ngx_str_t name;

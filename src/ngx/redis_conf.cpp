@@ -13,17 +13,9 @@ constexpr ngx_msec_t kDefaultTimeout = 50;
 constexpr ngx_msec_t kDefaultConnectTimeout = 100;
 constexpr ngx_uint_t kDefaultMaxPending = 4096;
 
-bool value_of(const ngx_str_t& arg, const char* prefix, ngx_str_t& v) {
-    size_t n = ngx_strlen(prefix);
-    if (arg.len < n || ngx_strncmp(arg.data, prefix, n) != 0) return false;
-    v.data = arg.data + n;
-    v.len = arg.len - n;
-    return true;
-}
-
 bool parse_msec(const ngx_str_t& v, ngx_msec_t& out) {
     int64_t us;
-    if (!rl::parse_duration(std::string_view(reinterpret_cast<const char*>(v.data), v.len), us)) return false;
+    if (!rl::parse_duration(rl_sv(v), us)) return false;
     if (us > 3600 * rl::kUsPerSec) return false;
     out = static_cast<ngx_msec_t>((us + 999) / 1000);
     return true;
@@ -208,35 +200,35 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         ngx_str_t v;
         if (i == 2 && a.len == 7 && ngx_strncmp(a.data, "cluster", 7) == 0) {
             redis->cluster = true;
-        } else if (value_of(a, "password=", v)) {
+        } else if (rl_arg(a, "password=", v)) {
             redis->password = v;
-        } else if (value_of(a, "username=", v)) {
+        } else if (rl_arg(a, "username=", v)) {
             redis->username = v;
-        } else if (value_of(a, "database=", v)) {
+        } else if (rl_arg(a, "database=", v)) {
             redis->database = ngx_atoi(v.data, v.len);
             if (redis->database == NGX_ERROR || redis->database > 1000000) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid database \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
-        } else if (value_of(a, "timeout=", v)) {
+        } else if (rl_arg(a, "timeout=", v)) {
             if (!parse_msec(v, redis->timeout) || redis->timeout == 0) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid timeout \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
-        } else if (value_of(a, "connect_timeout=", v)) {
+        } else if (rl_arg(a, "connect_timeout=", v)) {
             if (!parse_msec(v, redis->connect_timeout) || redis->connect_timeout == 0) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid connect_timeout \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             connect_timeout_set = true;
-        } else if (value_of(a, "prefix=", v)) {
+        } else if (rl_arg(a, "prefix=", v)) {
             // Keys are laid out as prefix{zone:hash}: a brace in the prefix would move the hash tag.
             if (ngx_strlchr(v.data, v.data + v.len, '{') || ngx_strlchr(v.data, v.data + v.len, '}')) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid prefix \"%V\": braces are not allowed", &v);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             redis->prefix = v;
-        } else if (value_of(a, "max_pending=", v)) {
+        } else if (rl_arg(a, "max_pending=", v)) {
             ngx_int_t n = ngx_atoi(v.data, v.len);
             if (n == NGX_ERROR || n < 1) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid max_pending \"%V\"", &a);

@@ -29,8 +29,6 @@ struct rl_batch_t {
 
 namespace {
 
-std::string_view sv(const ngx_str_t& s) { return {reinterpret_cast<const char*>(s.data), s.len}; }
-
 // The core's description of a call's checks, in the request's pool.
 rl::RedisCheck* checks_of(rl_call_t* call, ngx_pool_t* pool) {
     auto* checks = static_cast<rl::RedisCheck*>(ngx_palloc(pool, call->nchecks * sizeof(rl::RedisCheck)));
@@ -38,7 +36,7 @@ rl::RedisCheck* checks_of(rl_call_t* call, ngx_pool_t* pool) {
     for (ngx_uint_t i = 0; i < call->nchecks; i++) {
         const rl_result_t& res = call->ctx->results[call->checks[i]];
         checks[i] = rl::RedisCheck{};
-        checks[i].zone = sv(res.applied->zone->name);
+        checks[i].zone = rl_sv(res.applied->zone->name);
         checks[i].hash = res.hash;
         checks[i].policy = &res.applied->policy;
         checks[i].cost = res.cost;
@@ -114,7 +112,7 @@ void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n) {
     rl_redis_t* redis = node->redis;
     rl::RedisGroup groups[kMaxGroups];
     for (ngx_uint_t i = 0; i < n; i++) groups[i] = rl::RedisGroup{calls[i]->rchecks, calls[i]->nchecks};
-    std::string_view prefix = sv(redis->prefix);
+    std::string_view prefix = rl_sv(redis->prefix);
     size_t len = rl::batch_command_len(rl::CommandScript::evalsha, false, prefix, groups, n, 0);
     auto* buf = static_cast<char*>(scratch(redis, len));
     rl_batch_t* batch = buf ? batch_alloc(redis) : nullptr;
@@ -279,7 +277,7 @@ void on_refund_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
 // Fire and forget: the request does not wait for its refund. Refunds are rare: their own
 // buffer, as the scratch may be holding a reply being read.
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n) {
-    std::string_view prefix = sv(redis->prefix);
+    std::string_view prefix = rl_sv(redis->prefix);
     size_t len = rl::refund_command_len(prefix, checks, n);
     auto* buf = static_cast<char*>(ngx_alloc(len, redis->log));
     if (buf == nullptr) return;
@@ -305,7 +303,7 @@ void arm_late_refund(rl_call_t* call) {
 // The cluster slot of a result's Redis key.
 uint16_t slot_of(const rl_result_t& res) {
     const rl_zone_t* zone = res.applied->zone;
-    std::string_view prefix = sv(zone->redis->prefix), name = sv(zone->name);
+    std::string_view prefix = rl_sv(zone->redis->prefix), name = rl_sv(zone->name);
     char buf[512];
     if (rl::redis_key_max_len(prefix, name) > sizeof(buf)) return 0;  // prefix and name are short in practice
     size_t len = rl::redis_key(buf, prefix, name, res.hash, res.applied->policy.algo);

@@ -70,13 +70,6 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     return NGX_OK;
 }
 
-bool value_of(const ngx_str_t& arg, const char* prefix, std::string_view& v) {
-    size_t n = ngx_strlen(prefix);
-    if (arg.len < n || ngx_strncmp(arg.data, prefix, n) != 0) return false;
-    v = std::string_view(reinterpret_cast<const char*>(arg.data) + n, arg.len - n);
-    return true;
-}
-
 }  // namespace
 
 // ratelimit_zone NAME key=STRING (rate=R | requests=N period=T) [burst=N] [size=S] [algo=A]
@@ -104,42 +97,40 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 
     for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
         ngx_str_t& a = args[i];
-        std::string_view v;
-        if (value_of(a, "key=", v)) {
-            ngx_str_t value{v.size(), a.data + 4};
+        ngx_str_t v;
+        if (rl_arg(a, "key=", v)) {
             ngx_http_compile_complex_value_t ccv{};
             ccv.cf = cf;
-            ccv.value = &value;
+            ccv.value = &v;
             ccv.complex_value = &zone->key;
             if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
             have_key = true;
-        } else if (value_of(a, "rate=", v)) {
-            if (!rl::parse_rate(v, zone->policy.requests, zone->policy.period_us)) {
+        } else if (rl_arg(a, "rate=", v)) {
+            if (!rl::parse_rate(rl_sv(v), zone->policy.requests, zone->policy.period_us)) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid rate \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             have_rate = true;
-        } else if (value_of(a, "requests=", v)) {
-            if (!rl::parse_int(v, 1, rl::kMaxRequests, zone->policy.requests)) {
+        } else if (rl_arg(a, "requests=", v)) {
+            if (!rl::parse_int(rl_sv(v), 1, rl::kMaxRequests, zone->policy.requests)) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid requests \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             have_requests = true;
-        } else if (value_of(a, "period=", v)) {
-            if (!rl::parse_duration(v, zone->policy.period_us)) {
+        } else if (rl_arg(a, "period=", v)) {
+            if (!rl::parse_duration(rl_sv(v), zone->policy.period_us)) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid period \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             have_period = true;
-        } else if (value_of(a, "burst=", v)) {
-            if (!rl::parse_int(v, 0, rl::kMaxRequests, zone->policy.burst)) {
+        } else if (rl_arg(a, "burst=", v)) {
+            if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, zone->policy.burst)) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid burst \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             zone->burst_set = true;
-        } else if (value_of(a, "size=", v)) {
-            ngx_str_t s{v.size(), a.data + 5};
-            ssize_t n = ngx_parse_size(&s);
+        } else if (rl_arg(a, "size=", v)) {
+            ssize_t n = ngx_parse_size(&v);
             if (n == NGX_ERROR) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid size \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
@@ -149,17 +140,15 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             size = static_cast<size_t>(n);
-        } else if (value_of(a, "redis=", v)) {
-            zone->redis_name.data = a.data + 6;
-            zone->redis_name.len = v.size();
+        } else if (rl_arg(a, "redis=", v)) {
+            zone->redis_name = v;
             if (zone->redis_name.len == 0) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
-        } else if (value_of(a, "algo=", v)) {
-            if (!rl::parse_algo(v, zone->policy.algo)) {
-                ngx_str_t name{v.size(), a.data + 5};
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid algorithm \"%V\"", &name);
+        } else if (rl_arg(a, "algo=", v)) {
+            if (!rl::parse_algo(rl_sv(v), zone->policy.algo)) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid algorithm \"%V\"", &v);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             zone->algo_set = true;
