@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,24 @@ std::string decide(rl::CommandScript script, bool injected, std::string_view pre
     return buf;
 }
 
+// The checks argument's numbers: little-endian IEEE-754 doubles, built here independently of
+// the writer.
+std::string doubles(std::initializer_list<double> vs) {
+    std::string out;
+    for (double v : vs) {
+        uint64_t u;
+        std::memcpy(&u, &v, sizeof u);
+        for (size_t b = 0; b < 8; b++) out.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
+    }
+    return out;
+}
+
+TEST(RedisCommand, DoublesAreLittleEndian) {
+    EXPECT_EQ(doubles({1}), std::string("\0\0\0\0\0\0\xf0\x3f", 8));
+    EXPECT_EQ(doubles({1000000}), std::string("\0\0\0\0\x80\x84\x2e\x41", 8));
+    EXPECT_EQ(doubles({4503599627370496.0}), std::string("\0\0\0\0\0\0\x30\x43", 8));  // 2^52
+}
+
 TEST(RedisCommand, ExactBytesOfADecideCall) {
     rl::Policy p = rltest::policy(rl::Algo::gcra, 10, kSec, 2);  // refill 1, token 100000, depth 300000
     std::vector<rl::RedisCheck> checks(1);
@@ -29,19 +49,19 @@ TEST(RedisCommand, ExactBytesOfADecideCall) {
     checks[0].hash = rl::KeyHash{0x2, 0x1};  // lo, hi
     checks[0].policy = &p;
     checks[0].cost = 3;
-    std::string want = std::string("*16\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
+    // One group of one check: algo requests period burst refill token depth wscale cost at.
+    std::string want = std::string("*7\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
                        "\r\n$1\r\n1\r\n"
                        "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n"
-                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n"
-                       "$1\r\n0\r\n$2\r\n10\r\n$7\r\n1000000\r\n$1\r\n2\r\n$1\r\n1\r\n$6\r\n100000\r\n"
-                       "$6\r\n300000\r\n$7\r\n1000000\r\n$1\r\n3\r\n$1\r\n0\r\n";
+                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$88\r\n" +
+                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0}) + "\r\n";
     EXPECT_EQ(decide(rl::CommandScript::evalsha, true, "rl:", checks, 1700000000LL * kSec), want);
 
     // Production: its own script, and now is not sent.
     std::string prod = decide(rl::CommandScript::evalsha, false, "rl:", checks, 1700000000LL * kSec);
     EXPECT_NE(prod.find(rl::script_sha1(false)), std::string::npos);
     EXPECT_EQ(prod.find("1700000000000000"), std::string::npos);
-    EXPECT_NE(prod.find("$6\r\ndecide\r\n$1\r\n0\r\n"), std::string::npos);
+    EXPECT_NE(prod.find("$6\r\ndecide\r\n$1\r\n0\r\n$88\r\n"), std::string::npos);
 }
 
 TEST(RedisCommand, EvalCarriesTheScript) {
@@ -51,7 +71,7 @@ TEST(RedisCommand, EvalCarriesTheScript) {
     checks[0].policy = &p;
     std::string cmd = decide(rl::CommandScript::eval, false, "", checks, 0);
     std::string_view text = rl::script_text(false);
-    std::string head = "*16\r\n$4\r\nEVAL\r\n$" + std::to_string(text.size()) + "\r\n";
+    std::string head = "*7\r\n$4\r\nEVAL\r\n$" + std::to_string(text.size()) + "\r\n";
     EXPECT_EQ(cmd.substr(0, head.size()), head);
     EXPECT_EQ(cmd.substr(head.size(), text.size()), text);
 }
@@ -68,17 +88,140 @@ TEST(RedisCommand, ManyChecksAndRefunds) {
         checks[i].at = 1700000000LL * kSec + static_cast<int64_t>(i);
     }
     std::string cmd = decide(rl::CommandScript::evalsha, true, "p:", checks, -7);
-    EXPECT_EQ(cmd.substr(0, 5), "*38\r\n");  // EVALSHA sha numkeys, 3 keys, mode now, 3 * 10
-    EXPECT_NE(cmd.find("$2\r\n-7\r\n"), std::string::npos);
-    EXPECT_NE(cmd.find("$16\r\n4503599627370496\r\n"), std::string::npos);  // 2^52
-    EXPECT_EQ(cmd.find("-5"), std::string::npos);
+    EXPECT_EQ(cmd.substr(0, 4), "*9\r\n");  // EVALSHA sha numkeys, 3 keys, mode now checks
+    EXPECT_NE(cmd.find("$2\r\n-7\r\n$248\r\n"), std::string::npos);  // 8 + 3 * 80 bytes
+    EXPECT_NE(cmd.find(doubles({4503599627370496.0, 1700000000000001.0})), std::string::npos);  // 2^52, at
+    EXPECT_NE(cmd.find(doubles({0, 1700000000000002.0})), std::string::npos);  // cost -5 clamped, at
 
     size_t len = rl::refund_command_len("p:", checks.data(), 3);
     std::string buf(len, '?');
     EXPECT_EQ(rl::write_refund_command(buf.data(), "p:", checks.data(), 3), len);
-    EXPECT_NE(buf.find("$6\r\nrefund\r\n$1\r\n0\r\n"), std::string::npos);
+    EXPECT_NE(buf.find("$6\r\nrefund\r\n$1\r\n0\r\n$248\r\n"), std::string::npos);
     EXPECT_NE(buf.find(rl::script_sha1(false)), std::string::npos);
-    EXPECT_NE(buf.find("$16\r\n1700000000000002\r\n"), std::string::npos);
+    EXPECT_NE(buf.find(doubles({1700000000000002.0})), std::string::npos);
+}
+
+// The RESP of a batch through the two-pass API; checks the passes agree and stay in bounds.
+std::string batch(rl::CommandScript script, bool injected, std::string_view prefix,
+                  const std::vector<rl::RedisGroup>& groups, int64_t now) {
+    size_t len = rl::batch_command_len(script, injected, prefix, groups.data(), groups.size(), now);
+    std::string buf(len + 8, '\xee');
+    EXPECT_EQ(rl::write_batch_command(buf.data(), script, injected, prefix, groups.data(), groups.size(), now), len);
+    EXPECT_EQ(buf.substr(len), std::string(8, '\xee')) << "wrote past the measured length";
+    buf.resize(len);
+    return buf;
+}
+
+TEST(RedisCommand, ExactBytesOfABatch) {
+    rl::Policy g = rltest::policy(rl::Algo::gcra, 10, kSec, 2);  // refill 1, token 100000, depth 300000
+    rl::Policy f = rltest::policy(rl::Algo::fixed, 5, 60 * kSec);  // refill 1, token 12000000, depth 5
+    rl::RedisCheck hot;
+    hot.zone = "api";
+    hot.hash = rl::KeyHash{0x2, 0x1};
+    hot.policy = &g;
+    hot.cost = 1;
+    rl::RedisCheck other;
+    other.zone = "z";
+    other.hash = rl::KeyHash{0xb, 0xa};
+    other.policy = &f;
+    other.cost = 2;
+    other.at = 9;  // sent as it is (only a refund reads it)
+    const rl::RedisCheck second[] = {hot, other};
+    // Two groups: the hot key alone, then the hot key again with another.
+    std::vector<rl::RedisGroup> groups = {{&hot, 1}, {second, 2}};
+    const std::string key_a = "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n";
+    const std::string key_b = "$45\r\nrl:{z:000000000000000a000000000000000b}:fixed\r\n";
+    std::string want = std::string("*9\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) + "\r\n$1\r\n3\r\n" + key_a +
+                       key_a + key_b + "$6\r\ndecide\r\n$3\r\n123\r\n$256\r\n" +
+                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0}) +
+                       doubles({2, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0}) +
+                       doubles({4, 5, 60000000, 0, 1, 12000000, 5, 60000000, 2, 9}) + "\r\n";
+    EXPECT_EQ(batch(rl::CommandScript::evalsha, true, "rl:", groups, 123), want);
+    EXPECT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 2u + 4u * 3u);
+
+    // One group is exactly the single-request call.
+    std::vector<rl::RedisCheck> one(second, second + 2);
+    EXPECT_EQ(batch(rl::CommandScript::evalsha, false, "rl:", {{second, 2}}, 5),
+              decide(rl::CommandScript::evalsha, false, "rl:", one, 5));
+
+    // No group at all, and empty groups: still well formed.
+    EXPECT_EQ(batch(rl::CommandScript::evalsha, true, "rl:", {}, 1),
+              std::string("*6\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
+                  "\r\n$1\r\n0\r\n$6\r\ndecide\r\n$1\r\n1\r\n$0\r\n\r\n");
+    EXPECT_EQ(batch(rl::CommandScript::evalsha, true, "rl:", {{nullptr, 0}, {nullptr, 0}}, 1),
+              std::string("*6\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
+                  "\r\n$1\r\n0\r\n$6\r\ndecide\r\n$1\r\n1\r\n$16\r\n" + doubles({0, 0}) + "\r\n");
+
+    // EVAL carries the text.
+    std::string eval = batch(rl::CommandScript::eval, false, "rl:", groups, 0);
+    std::string_view text = rl::script_text(false);
+    std::string head = "*9\r\n$4\r\nEVAL\r\n$" + std::to_string(text.size()) + "\r\n";
+    EXPECT_EQ(eval.substr(0, head.size()), head);
+    EXPECT_EQ(eval.substr(head.size(), text.size()), text);
+}
+
+TEST(RedisCommand, DecodeBatchReply) {
+    // Groups of 1, 2 and 0 checks: the first admitted, the second not (one rejection), the
+    // empty one admitted.
+    const std::vector<rl::RedisGroup> groups = {{nullptr, 1}, {nullptr, 2}, {nullptr, 0}};
+    ASSERT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 14u);
+    const int64_t ok[] = {2, 1700000000000000, 1, 4, 100, 0, 1, 3, 50, 0, 0, 0, 5000, -1};
+    rl::Decision d[3];
+    d[1].limit = 7;
+    bool admitted[3] = {false, true, false};
+    int64_t now = 0;
+    ASSERT_TRUE(rl::decode_batch_reply(ok, 14, groups.data(), 3, d, admitted, &now));
+    EXPECT_EQ(now, 1700000000000000);
+    EXPECT_TRUE(admitted[0]);
+    EXPECT_FALSE(admitted[1]);
+    EXPECT_TRUE(admitted[2]);
+    EXPECT_TRUE(d[0].allowed);
+    EXPECT_EQ(d[0].remaining, 4);
+    EXPECT_EQ(d[0].reset_us, 100);
+    EXPECT_TRUE(d[1].allowed);  // allowed in a group that was not admitted: consumed nothing
+    EXPECT_EQ(d[1].remaining, 3);
+    EXPECT_EQ(d[1].limit, 7);  // left to the caller
+    EXPECT_FALSE(d[2].allowed);
+    EXPECT_EQ(d[2].reset_us, 5000);
+    EXPECT_EQ(d[2].retry_after_us, rl::kNever);
+    EXPECT_TRUE(rl::decode_batch_reply(ok, 14, groups.data(), 3, d, nullptr, nullptr));  // both optional
+
+    // Malformed: nothing written.
+    auto rejects = [&](std::vector<int64_t> v, const char* why) {
+        rl::Decision untouched[3];
+        bool flags[3] = {false, false, false};
+        int64_t t = -5;
+        EXPECT_FALSE(rl::decode_batch_reply(v.data(), v.size(), groups.data(), 3, untouched, flags, &t)) << why;
+        EXPECT_FALSE(untouched[0].allowed || untouched[1].allowed || flags[0] || flags[2]) << why;
+        EXPECT_EQ(t, -5) << why;
+    };
+    std::vector<int64_t> base(ok, ok + 14);
+    auto with = [&](size_t i, int64_t value) {
+        std::vector<int64_t> v = base;
+        v[i] = value;
+        return v;
+    };
+    rejects(std::vector<int64_t>(ok, ok + 13), "short");
+    rejects([&] { auto v = base; v.push_back(0); return v; }(), "long");
+    rejects(with(0, 3), "admitted count too high");
+    rejects(with(0, 1), "admitted count too low");
+    rejects(with(0, -1), "negative count");
+    rejects(with(1, -1), "negative now");
+    rejects(with(2, 2), "bad flag");
+    rejects(with(3, -1), "negative remaining");
+    rejects(with(4, -1), "negative reset");
+    rejects(with(13, -2), "bad retry");
+    rejects(with(10, 1), "every check allowed but the group counted as rejected");
+    EXPECT_FALSE(rl::decode_batch_reply(nullptr, 0, groups.data(), 3, d, admitted, &now));
+    EXPECT_FALSE(rl::decode_batch_reply(ok, 14, nullptr, 3, d, admitted, &now));
+    EXPECT_FALSE(rl::decode_batch_reply(ok, 14, groups.data(), 3, nullptr, admitted, &now));
+
+    // No group: {0, now}.
+    const int64_t none[] = {0, 9};
+    EXPECT_TRUE(rl::decode_batch_reply(none, 2, nullptr, 0, nullptr, nullptr, &now));
+    EXPECT_EQ(now, 9);
+    const int64_t none_bad[] = {1, 9};
+    EXPECT_FALSE(rl::decode_batch_reply(none_bad, 2, nullptr, 0, nullptr, nullptr, &now));
 }
 
 TEST(RedisCommand, DecodeReply) {

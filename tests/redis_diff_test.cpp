@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -173,6 +175,9 @@ struct Counts {
     int64_t clock_back = 0;          // events on a clock behind an earlier event
     int64_t policy_changes = 0;
     int64_t expired_in_real_time = 0;  // keys with a 1-2 ms TTL that Redis expired during the call
+    int64_t groups = 0;                // batches: groups decided
+    int64_t groups_admitted = 0;
+    int64_t hot_groups = 0;            // groups with a key that an earlier group of the batch changed
 };
 
 class RedisDiff : public ::testing::Test {
@@ -223,6 +228,91 @@ class RedisDiff : public ::testing::Test {
         return checks;
     }
 
+    // Queues the read of a key's state: LRANGE of the log's list, GET of the others' 24 bytes.
+    static void append_state_read(redisContext* c, const Limit& l) {
+        if (l.is_log()) {
+            rltest::append(c, {"LRANGE", l.redis_key, "0", "-1"});
+        } else {
+            rltest::append(c, {"GET", l.redis_key});
+        }
+    }
+
+    // A hash algorithm's state as stored: three little-endian doubles (redis_command.h), or
+    // no key (a fresh state). False if it is neither.
+    static bool stored_state(const redisReply* r, rl::State& s) {
+        if (r->type == REDIS_REPLY_NIL) {
+            s = rl::State{};
+            return true;
+        }
+        if (r->type != REDIS_REPLY_STRING || r->len != 24) return false;
+        int64_t f[3];
+        for (size_t j = 0; j < 3; j++) {
+            uint64_t u = 0;
+            for (size_t b = 0; b < 8; b++) u |= uint64_t{static_cast<unsigned char>(r->str[8 * j + b])} << (8 * b);
+            double d;
+            std::memcpy(&d, &u, sizeof d);
+            if (d != static_cast<double>(static_cast<int64_t>(d))) return false;  // integers only
+            f[j] = static_cast<int64_t>(d);
+        }
+        s = rl::State{f[0], f[1], f[2]};
+        return true;
+    }
+
+    // What Redis holds for one key right after a call (its PEXPIRETIME, then its state, read in
+    // the transaction of the call) against the C++ side. written: the call changed the key;
+    // reset_us: the decision of its last change, the base of its TTL.
+    void compare_key(Limit& l, const redisReply* exp, const redisReply* state, bool written, int64_t reset_us,
+                     int64_t t0_ms, int64_t t1_ms, const std::string& at) {
+        ASSERT_EQ(exp->type, REDIS_REPLY_INTEGER) << at;
+        std::vector<int64_t> live_after = l.live();
+
+        // A key given 1 or 2 ms can expire in real time before PERSIST reaches it when the
+        // machine stalls Redis (the transaction does not freeze every clock). Redis then
+        // holds a fresh key, as it would in production once that time had passed: the C++
+        // side follows, and the timeline goes on from identical states.
+        const bool cpp_fresh = l.is_log() ? live_after.empty() : l.key.s == rl::State{};
+        if (exp->integer == -2 && !cpp_fresh) {
+            int64_t ttl_ms = rl::ceil_div(reset_us, 1000) + 1;
+            // Set at or after t0, gone by t1: at least its TTL must have passed.
+            ASSERT_TRUE(written && t1_ms - t0_ms >= ttl_ms)
+                << at << ": key missing, TTL " << ttl_ms << " ms, the call took " << t1_ms - t0_ms << " ms";
+            l.key.s = rl::State{};
+            counts_.expired_in_real_time++;
+            return;
+        }
+
+        // The state, read back.
+        if (l.is_log()) {
+            ASSERT_EQ(state->type, REDIS_REPLY_ARRAY) << at;
+            std::vector<int64_t> list;
+            for (size_t j = 0; j < state->elements; j++) list.push_back(std::atoll(state->element[j]->str));
+            ASSERT_EQ(list, live_after) << at;
+        } else {
+            rl::State got;
+            ASSERT_TRUE(stored_state(state, got)) << at << ": not a stored state";
+            ASSERT_EQ(got.a, l.key.s.a) << at;
+            ASSERT_EQ(got.b, l.key.s.b) << at;
+            ASSERT_EQ(got.c, l.key.s.c) << at;
+        }
+
+        // The TTL: set on what was written, to ceil(reset / 1 ms) + 1 ms, i.e. in
+        // (reset, reset + 2 ms]; the script ran between t0 and t1, so the expiry time it set
+        // minus the TTL lies in [t0, t1] (ms).
+        if (written && exp->integer != -2) {
+            ASSERT_GE(exp->integer, 0) << at << ": a written key without a TTL";
+            int64_t ttl_ms = rl::ceil_div(reset_us, 1000) + 1;
+            ASSERT_GT(ttl_ms * 1000, reset_us);
+            ASSERT_LE(ttl_ms * 1000, reset_us + 2000);
+            ASSERT_GE(ttl_ms, exp->integer - t1_ms) << at << ": TTL shorter than the reset";
+            ASSERT_LE(ttl_ms, exp->integer - t0_ms) << at << ": TTL longer than reset + 2 ms";
+            counts_.ttl_checked++;
+        } else if (written) {
+            ASSERT_TRUE(l.is_log() && live_after.empty()) << at << ": a written key is missing";
+        } else {
+            ASSERT_LT(exp->integer, 0) << at << ": a TTL set on a key that was not written";
+        }
+    }
+
     // One call on both sides, then every comparison. `ats` empty: a decide call; else a refund.
     void run_call(const std::vector<Limit*>& lims, int64_t now, const std::vector<int64_t>& costs,
                   const std::vector<int64_t>& ats, const std::string& where) {
@@ -262,11 +352,7 @@ class RedisDiff : public ::testing::Test {
         for (Limit* l : lims) {
             rltest::append(c, {"PEXPIRETIME", l->redis_key});
             rltest::append(c, {"PERSIST", l->redis_key});
-            if (l->is_log()) {
-                rltest::append(c, {"LRANGE", l->redis_key, "0", "-1"});
-            } else {
-                rltest::append(c, {"HMGET", l->redis_key, "a", "b", "c"});
-            }
+            append_state_read(c, *l);
         }
         rltest::append(c, {"EXEC"});
         rltest::append(c, {"TIME"});
@@ -326,55 +412,8 @@ class RedisDiff : public ::testing::Test {
             bool written = l.is_log() ? live_after != live_before[i] : !(l.key.s == before[i]);
             if (!refund && !all) written = false;
             if (refund && written) counts_.refunds_changed++;
-
-            // A key given 1 or 2 ms can expire in real time before PERSIST reaches it when the
-            // machine stalls Redis (the transaction does not freeze every clock). Redis then
-            // holds a fresh key, as it would in production once that time had passed: the C++
-            // side follows, and the timeline goes on from identical states.
-            const bool cpp_fresh = l.is_log() ? live_after.empty() : l.key.s == rl::State{};
-            if (exp->integer == -2 && !cpp_fresh) {
-                int64_t ttl_ms = rl::ceil_div(want[i].reset_us, 1000) + 1;
-                // Set at or after t0, gone by t1: at least its TTL must have passed.
-                ASSERT_TRUE(written && t1_ms - t0_ms >= ttl_ms)
-                    << at << ": key missing, TTL " << ttl_ms << " ms, the call took " << t1_ms - t0_ms << " ms";
-                l.key.s = rl::State{};
-                counts_.expired_in_real_time++;
-                continue;
-            }
-
-            // The state, read back.
-            if (l.is_log()) {
-                ASSERT_EQ(state->type, REDIS_REPLY_ARRAY) << at;
-                std::vector<int64_t> list;
-                for (size_t j = 0; j < state->elements; j++) list.push_back(std::atoll(state->element[j]->str));
-                ASSERT_EQ(list, live_after) << at;
-            } else {
-                ASSERT_TRUE(state->type == REDIS_REPLY_ARRAY && state->elements == 3) << at;
-                int64_t f[3];
-                for (size_t j = 0; j < 3; j++) {
-                    f[j] = state->element[j]->type == REDIS_REPLY_STRING ? std::atoll(state->element[j]->str) : 0;
-                }
-                ASSERT_EQ(f[0], l.key.s.a) << at;
-                ASSERT_EQ(f[1], l.key.s.b) << at;
-                ASSERT_EQ(f[2], l.key.s.c) << at;
-            }
-
-            // The TTL: set on what was written, to ceil(reset / 1 ms) + 1 ms, i.e. in
-            // (reset, reset + 2 ms]; the script ran between t0 and t1, so the expiry time it set
-            // minus the TTL lies in [t0, t1] (ms).
-            if (written && exp->integer != -2) {
-                ASSERT_GE(exp->integer, 0) << at << ": a written key without a TTL";
-                int64_t ttl_ms = rl::ceil_div(want[i].reset_us, 1000) + 1;
-                ASSERT_GT(ttl_ms * 1000, want[i].reset_us);
-                ASSERT_LE(ttl_ms * 1000, want[i].reset_us + 2000);
-                ASSERT_GE(ttl_ms, exp->integer - t1_ms) << at << ": TTL shorter than the reset";
-                ASSERT_LE(ttl_ms, exp->integer - t0_ms) << at << ": TTL longer than reset + 2 ms";
-                counts_.ttl_checked++;
-            } else if (written) {
-                ASSERT_TRUE(l.is_log() && live_after.empty()) << at << ": a written key is missing";
-            } else {
-                ASSERT_LT(exp->integer, 0) << at << ": a TTL set on a key that was not written";
-            }
+            compare_key(l, exp, state, written, want[i].reset_us, t0_ms, t1_ms, at);
+            if (HasFatalFailure()) return;
         }
         if (!refund && !all && some_allowed) counts_.partial_rejections++;
         if (refund) counts_.refunds++;
@@ -384,6 +423,130 @@ class RedisDiff : public ::testing::Test {
             for (size_t i = 0; i < n; i++) {
                 if (costs[i] > 0) lims[i]->admitted.emplace_back(now, costs[i]);
             }
+        }
+    }
+
+    // One batch on both sides: the C++ applies the groups one after the other (each group is
+    // reference_decide_all at the same now), the script decides them in one call; then every
+    // decision, every admitted flag, and each key's state and TTL after the batch.
+    void run_batch(const std::vector<std::vector<Limit*>>& groups, const std::vector<std::vector<int64_t>>& costs,
+                   int64_t now, const std::string& where) {
+        // The keys of the batch, each once, and what the C++ does to them.
+        std::vector<Limit*> keys;
+        for (const auto& g : groups) {
+            for (Limit* l : g) {
+                if (std::find(keys.begin(), keys.end(), l) == keys.end()) keys.push_back(l);
+            }
+        }
+        std::map<Limit*, bool> written;
+        std::map<Limit*, int64_t> last_reset;  // the reset of a key's last change: its TTL's base
+        std::vector<std::vector<rl::Decision>> want(groups.size());
+        std::vector<char> want_admitted(groups.size());
+        for (size_t g = 0; g < groups.size(); g++) {
+            std::vector<rl::State> before;
+            std::vector<std::vector<int64_t>> live_before;
+            bool hot = false;
+            for (Limit* l : groups[g]) {
+                before.push_back(l->key.s);
+                live_before.push_back(l->live());
+                hot = hot || written[l];
+            }
+            want_admitted[g] = reference_decide_all(groups[g], costs[g], now, want[g]);
+            for (size_t i = 0; i < groups[g].size(); i++) {
+                Limit* l = groups[g][i];
+                bool changed = l->is_log() ? l->live() != live_before[i] : !(l->key.s == before[i]);
+                if (changed) {
+                    written[l] = true;
+                    last_reset[l] = want[g][i].reset_us;
+                }
+                if (want_admitted[g] && costs[g][i] > 0) l->admitted.emplace_back(now, costs[g][i]);
+            }
+            counts_.groups++;
+            counts_.groups_admitted += want_admitted[g];
+            counts_.hot_groups += hot;
+        }
+
+        // The RESP of the batch, through the two-pass API.
+        std::vector<std::vector<rl::RedisCheck>> checks(groups.size());
+        std::vector<rl::RedisGroup> rgroups(groups.size());
+        for (size_t g = 0; g < groups.size(); g++) {
+            checks[g] = checks_of(groups[g], costs[g], {});
+            rgroups[g] = rl::RedisGroup{checks[g].data(), checks[g].size()};
+        }
+        size_t len = rl::batch_command_len(rl::CommandScript::evalsha, true, kPrefix, rgroups.data(), rgroups.size(), now);
+        std::string cmd(len + 16, '\xee');
+        ASSERT_EQ(rl::write_batch_command(cmd.data(), rl::CommandScript::evalsha, true, kPrefix, rgroups.data(),
+                                          rgroups.size(), now),
+                  len);
+        ASSERT_EQ(cmd.substr(len), std::string(16, '\xee')) << "wrote past the measured length";
+        cmd.resize(len);
+
+        // As run_call: TIME, then in one transaction the script and, per key, its expiry time,
+        // PERSIST and its state, then TIME.
+        redisContext* c = conn_.get();
+        rltest::append(c, {"TIME"});
+        rltest::append(c, {"MULTI"});
+        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+        for (Limit* l : keys) {
+            rltest::append(c, {"PEXPIRETIME", l->redis_key});
+            rltest::append(c, {"PERSIST", l->redis_key});
+            append_state_read(c, *l);
+        }
+        rltest::append(c, {"EXEC"});
+        rltest::append(c, {"TIME"});
+        Reply t0 = rltest::next_reply(c);
+        for (size_t i = 0; i < 2 + 3 * keys.size(); i++) {
+            Reply queued = rltest::next_reply(c);
+            ASSERT_TRUE(queued && queued->type == REDIS_REPLY_STATUS) << where << ": " << c->errstr;
+        }
+        Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
+        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * keys.size())
+            << where << ": " << c->errstr;
+        const redisReply* reply = exec->element[0];
+        ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY) << where << ": " << (reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+        std::vector<int64_t> values;
+        for (size_t i = 0; i < reply->elements; i++) {
+            ASSERT_EQ(reply->element[i]->type, REDIS_REPLY_INTEGER) << where;
+            values.push_back(reply->element[i]->integer);
+        }
+        ASSERT_EQ(values.size(), rl::batch_reply_len(rgroups.data(), rgroups.size())) << where;
+        std::vector<rl::Decision> got(values.size());
+        std::unique_ptr<bool[]> admitted(new bool[groups.size() + 1]);
+        int64_t redis_now = -1;
+        ASSERT_TRUE(rl::decode_batch_reply(values.data(), values.size(), rgroups.data(), rgroups.size(), got.data(),
+                                           admitted.get(), &redis_now))
+            << where << ": reply " << ::testing::PrintToString(values);
+        EXPECT_EQ(redis_now, now) << where;
+        const int64_t t0_ms = rltest::time_us(t0.get()) / 1000, t1_ms = rltest::time_us(t1.get()) / 1000;
+        ASSERT_GT(t0_ms, 0);
+
+        size_t k = 0;
+        for (size_t g = 0; g < groups.size(); g++) {
+            const std::string gw = where + " group " + std::to_string(g) + " of " + std::to_string(groups.size());
+            ASSERT_EQ(admitted[g], want_admitted[g] != 0) << gw;
+            bool some_allowed = false;
+            for (size_t i = 0; i < groups[g].size(); i++, k++) {
+                const rl::Policy& p = groups[g][i]->key.p;
+                const std::string at = gw + " check " + std::to_string(i) + " (" + std::string(rl::algo_name(p.algo)) +
+                                       " " + std::to_string(p.requests) + "/" + std::to_string(p.period_us) +
+                                       "us burst " + std::to_string(p.burst) + ") cost " + std::to_string(costs[g][i]) +
+                                       " now " + std::to_string(now);
+                ASSERT_EQ(got[k].allowed, want[g][i].allowed) << at;
+                ASSERT_EQ(got[k].remaining, want[g][i].remaining) << at;
+                ASSERT_EQ(got[k].reset_us, want[g][i].reset_us) << at;
+                ASSERT_EQ(got[k].retry_after_us, want[g][i].retry_after_us) << at;
+                counts_.decisions[p.algo]++;
+                some_allowed = some_allowed || got[k].allowed;
+                if (!got[k].allowed) (got[k].retry_after_us == rl::kNever ? counts_.never : counts_.rejected)++;
+            }
+            if (!admitted[g] && some_allowed) counts_.partial_rejections++;
+        }
+        for (size_t i = 0; i < keys.size(); i++) {
+            Limit& l = *keys[i];
+            const std::string at = where + " key " + l.zone + " (" + std::string(rl::algo_name(l.key.p.algo)) + ")";
+            compare_key(l, exec->element[1 + 3 * i], exec->element[3 + 3 * i], written[&l], last_reset[&l], t0_ms,
+                        t1_ms, at);
+            if (HasFatalFailure()) return;
         }
     }
 
@@ -457,6 +620,10 @@ class RedisDiff : public ::testing::Test {
         if (counts_.coarse > 0) line += "; " + std::to_string(counts_.coarse) + " with a coarse sliding weight";
         if (counts_.expired_in_real_time > 0) {
             line += "; " + std::to_string(counts_.expired_in_real_time) + " keys expired in real time";
+        }
+        if (counts_.groups > 0) {
+            line += "; " + std::to_string(counts_.groups) + " groups, " + std::to_string(counts_.groups_admitted) +
+                    " admitted, " + std::to_string(counts_.hot_groups) + " on a key an earlier group of the batch changed";
         }
         if (counts_.partial_rejections > 0) {
             line += ", " + std::to_string(counts_.partial_rejections) + " calls rejected by some checks only";
@@ -559,6 +726,56 @@ TEST_F(RedisDiff, MultiCheckAllOrNothing) {
     EXPECT_GT(counts_.partial_rejections, 1000) << "the timelines must exercise all-or-nothing";
 }
 
+// Batches of 1 to 50 groups of 1 to 3 checks of mixed algorithms over a few keys, which recur
+// across the groups of a batch (hot keys): one call, against the C++ deciding the groups one
+// after the other. Between batches: time steps, clock steps back, policy changes.
+TEST_F(RedisDiff, Batches) {
+    std::mt19937_64 rng(108);
+    constexpr int kRounds = 250, kBatches = 25;
+    for (int round = 0; round < kRounds; round++) {
+        std::vector<std::unique_ptr<Limit>> pool;
+        size_t n = 1 + rng() % 8;
+        for (size_t i = 0; i < n; i++) {
+            rl::Algo algo = kAll[rng() % 6];
+            pool.push_back(std::make_unique<Limit>(random_policy(rng, algo), "b" + std::to_string(i), random_hash(rng)));
+        }
+        int64_t t = 1600000000LL * kSec + static_cast<int64_t>(rng() % (1000 * kSec));
+        for (int e = 0; e < kBatches; e++) {
+            t += time_step(rng, pool[rng() % n]->key.p);
+            int64_t now = t;
+            uint64_t what = rng() % 100;
+            if (what < 3) now = t - kBacks[rng() % 5];
+            if (what == 3) {
+                Limit& l = *pool[rng() % n];
+                l.key.p = changed_policy(rng, l.key.p);
+                counts_.policy_changes++;
+            }
+            counts_.clock_back += what < 3;
+            size_t ngroups = 1 + rng() % 50;
+            std::vector<std::vector<Limit*>> groups(ngroups);
+            std::vector<std::vector<int64_t>> costs(ngroups);
+            for (size_t g = 0; g < ngroups; g++) {
+                size_t m = 1 + rng() % std::min<size_t>(3, n);
+                while (groups[g].size() < m) {  // distinct keys within a group
+                    Limit* l = pool[rng() % n].get();
+                    if (std::find(groups[g].begin(), groups[g].end(), l) == groups[g].end()) groups[g].push_back(l);
+                }
+                for (Limit* l : groups[g]) costs[g].push_back(random_cost(rng, l->key.p));
+            }
+            run_batch(groups, costs, now, "batch round " + std::to_string(round) + " batch " + std::to_string(e));
+            if (HasFatalFailure()) return;
+        }
+    }
+    summary("batches");
+    EXPECT_GT(counts_.groups, kRounds * kBatches * 10);
+    EXPECT_GT(counts_.groups_admitted, counts_.groups / 10);
+    EXPECT_GT(counts_.groups - counts_.groups_admitted, counts_.groups / 10) << "the batches must reject too";
+    EXPECT_GT(counts_.hot_groups, counts_.groups / 4) << "the batches must exercise hot keys";
+    EXPECT_GT(counts_.partial_rejections, 500) << "the batches must exercise all-or-nothing";
+    for (rl::Algo a : kAll) EXPECT_GT(counts_.decisions[a], 1000) << rl::algo_name(a);
+    EXPECT_GT(counts_.ttl_checked, 1000);
+}
+
 // After a SCRIPT FLUSH, EVALSHA fails with NOSCRIPT (the client then sends EVAL), EVAL works,
 // and loads the script again for EVALSHA.
 TEST_F(RedisDiff, NoscriptAfterFlushThenEval) {
@@ -620,25 +837,138 @@ TEST_F(RedisDiff, ProductionVariantUsesRedisTime) {
     EXPECT_EQ(exists->integer, 0) << "an idle key must expire once its state is worth a fresh one";
 }
 
-// Malformed calls are error replies, never decisions.
+// The production script decides a batch on Redis's clock: one hot key of capacity 2 in four
+// groups admits the first two, and a group with a rejected check consumes none of its others.
+TEST_F(RedisDiff, ProductionBatch) {
+    Limit hot(rltest::policy(rl::Algo::gcra, 2, kSec, 1), "prodb", rl::KeyHash{7, 8});
+    Limit other(rltest::policy(rl::Algo::fixed, 100, 60 * kSec), "prodb", rl::KeyHash{9, 10});
+    std::vector<rl::RedisCheck> one = checks_of({&hot}, {1}, {}), two = checks_of({&other, &hot}, {1, 1}, {});
+    std::vector<rl::RedisGroup> groups = {{one.data(), 1}, {two.data(), 2}, {one.data(), 1}, {two.data(), 2}};
+    size_t len = rl::batch_command_len(rl::CommandScript::evalsha, false, kPrefix, groups.data(), groups.size(), 0);
+    std::string cmd(len, '\0');
+    ASSERT_EQ(rl::write_batch_command(cmd.data(), rl::CommandScript::evalsha, false, kPrefix, groups.data(),
+                                      groups.size(), 0),
+              len);
+    redisContext* c = conn_.get();
+    rltest::append(c, {"TIME"});
+    redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+    rltest::append(c, {"TIME"});
+    rltest::append(c, {"PTTL", hot.redis_key});
+    rltest::append(c, {"GET", other.redis_key});
+    Reply t0 = rltest::next_reply(c), r = rltest::next_reply(c), t1 = rltest::next_reply(c), ttl = rltest::next_reply(c),
+          fixed = rltest::next_reply(c);
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    std::vector<int64_t> values;
+    for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
+    rl::Decision d[6];
+    bool admitted[4];
+    int64_t now = 0;
+    ASSERT_TRUE(rl::decode_batch_reply(values.data(), values.size(), groups.data(), groups.size(), d, admitted, &now));
+    EXPECT_GE(now, rltest::time_us(t0.get()));
+    EXPECT_LE(now, rltest::time_us(t1.get()));
+    EXPECT_TRUE(admitted[0]);
+    EXPECT_TRUE(admitted[1]);
+    EXPECT_FALSE(admitted[2]);
+    EXPECT_FALSE(admitted[3]);
+    EXPECT_TRUE(d[1].allowed);   // group 2's fixed window: admitted with it
+    EXPECT_EQ(d[1].remaining, 99);
+    EXPECT_TRUE(d[4].allowed);   // group 4's fixed window allowed, but its group was rejected...
+    EXPECT_EQ(d[4].remaining, 99);  // ...so it reports the state as it stands: one consumed
+    EXPECT_FALSE(d[5].allowed);
+    EXPECT_EQ(d[5].reset_us, kSec);  // the bucket holds 2 units of 0.5 s
+    EXPECT_GT(ttl->integer, 900);    // TTL of the hot key's last change: 1 s + 1 ms
+    EXPECT_LE(ttl->integer, 1001);
+    rl::State s;
+    ASSERT_TRUE(stored_state(fixed.get(), s));
+    EXPECT_EQ(s.b, 1);
+}
+
+// The checks argument as the writer lays it out: little-endian doubles.
+std::string doubles(std::initializer_list<double> vs) {
+    std::string out;
+    for (double v : vs) {
+        uint64_t u;
+        std::memcpy(&u, &v, sizeof u);
+        for (size_t b = 0; b < 8; b++) out.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
+    }
+    return out;
+}
+
+// Malformed calls are error replies, never decisions, and write nothing.
 TEST_F(RedisDiff, BadArgumentsAreErrors) {
     const std::string sha = rl::script_sha1(true);
+    // One gcra check: algo requests period burst refill token depth wscale cost at.
+    const std::string ok = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0});
+    const double nan = std::nan("");
     const std::vector<std::vector<std::string>> bad = {
-        {"EVALSHA", sha, "1", "k", "decide", "1"},                                                  // too few ARGV
-        {"EVALSHA", sha, "1", "k", "judge", "1", "0", "1", "1", "0", "1", "1", "1", "1", "1", "0"},  // mode
-        {"EVALSHA", sha, "1", "k", "decide", "x", "0", "1", "1", "0", "1", "1", "1", "1", "1", "0"}, // now
-        {"EVALSHA", sha, "1", "k", "decide", "1", "9", "1", "1", "0", "1", "1", "1", "1", "1", "0"}, // algo
-        {"EVALSHA", sha, "1", "k", "decide", "1", "0", "0", "1", "0", "1", "1", "1", "1", "1", "0"}, // requests
-        {"EVALSHA", sha, "1", "k", "decide", "1", "0", "1", "1", "0", "1", "1", "1", "1", "-1", "0"}, // cost
+        {"EVALSHA", sha, "1", "k", "decide", "1"},                                            // too few ARGV
+        {"EVALSHA", sha, "1", "k", "decide", "1", ok, "x"},                                   // too many
+        {"EVALSHA", sha, "1", "k", "judge", "1", ok},                                         // mode
+        {"EVALSHA", sha, "1", "k", "decide", "x", ok},                                        // now
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0})},    // algo
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0})},  // algo
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0})},    // requests
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0})},    // refill
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0})},   // cost
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0})},  // cost
+        {"EVALSHA", sha, "1", "k", "decide", "1", ok.substr(0, ok.size() - 1)},               // truncated
+        {"EVALSHA", sha, "1", "k", "decide", "1", ok + "x"},                                  // trailing bytes
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({2, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0})},    // group of 2
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({-1}) + ok},                        // group size
+        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({0.5}) + ok},                       // group size
+        {"EVALSHA", sha, "2", "k", "k2", "decide", "1", ok},                                  // keys
+        {"EVALSHA", sha, "0", "decide", "1", ok},                                             // keys
     };
-    for (const auto& args : bad) {
-        Reply r = rltest::command(conn_.get(), args);
+    for (size_t i = 0; i < bad.size(); i++) {
+        Reply r = rltest::command(conn_.get(), bad[i]);
         ASSERT_TRUE(r);
-        EXPECT_EQ(r->type, REDIS_REPLY_ERROR) << args[4] << " " << args[5] << " " << args[6];
+        EXPECT_EQ(r->type, REDIS_REPLY_ERROR) << "case " << i;
     }
-    Reply ok = rltest::command(conn_.get(),
-                               {"EVALSHA", sha, "1", "k", "decide", "1", "0", "1", "1", "0", "1", "1", "1", "1", "1", "0"});
-    ASSERT_TRUE(ok && ok->type == REDIS_REPLY_ARRAY);
+    Reply good = rltest::command(conn_.get(), {"EVALSHA", sha, "1", "k", "decide", "1", ok});
+    ASSERT_TRUE(good && good->type == REDIS_REPLY_ARRAY) << (good && good->type == REDIS_REPLY_ERROR ? good->str : "");
+    Reply empty = rltest::command(conn_.get(), {"EVALSHA", sha, "0", "decide", "7", ""});  // no group: {0, now}
+    ASSERT_TRUE(empty && empty->type == REDIS_REPLY_ARRAY && empty->elements == 2);
+    EXPECT_EQ(empty->element[1]->integer, 7);
+
+    // A batch whose second group is bad writes nothing, not even the first group's log.
+    const std::string log_check = doubles({1, 5, 10, 1000000, 0, 1, 100000, 10, 1000000, 1, 0});
+    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0});
+    Reply r = rltest::command(conn_.get(),
+                              {"EVALSHA", sha, "2", "lg", "k3", "decide", "1700000000000000", log_check + bad_check});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->type, REDIS_REPLY_ERROR);
+    Reply exists = rltest::command(conn_.get(), {"EXISTS", "lg", "k3"});
+    EXPECT_EQ(exists->integer, 0);
+    r = rltest::command(conn_.get(), {"EVALSHA", sha, "2", "lg", "k3", "decide", "1700000000000000", log_check + ok});
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    EXPECT_EQ(r->element[0]->integer, 2);
+}
+
+// A key left by the earlier layout (a hash {a, b, c}) is read as its state, and replaced by the
+// new one at its next change.
+TEST_F(RedisDiff, ReadsTheEarlierHashLayout) {
+    Limit l(rltest::policy(rl::Algo::sliding, 10, kSec), "old", rl::KeyHash{5, 6});
+    const int64_t now = 1700000000LL * kSec + 300000;
+    l.key.s = rl::State{1700000000LL * kSec, 4, 3};  // window start, previous, current
+    Reply h = rltest::command(conn_.get(), {"HSET", l.redis_key, "a", std::to_string(l.key.s.a), "b", "4", "c", "3"});
+    ASSERT_TRUE(h && h->type == REDIS_REPLY_INTEGER);
+    // Cost 0: reads it, writes nothing.
+    std::string cmd = build(false, rl::CommandScript::evalsha, true, now, checks_of({&l}, {0}, {}));
+    redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
+    Reply r = rltest::next_reply(conn_.get());
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY && r->elements == rl::decide_reply_len(1))
+        << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    rl::Decision want = rl::decide(l.key.s, l.key.p, now, 0, nullptr);
+    EXPECT_EQ(r->element[3]->integer, want.remaining);  // 10 - (4 * 0.7 + 3) = 4.2
+    EXPECT_EQ(r->element[3]->integer, 4);
+    EXPECT_EQ(r->element[4]->integer, want.reset_us);
+    Reply type = rltest::command(conn_.get(), {"TYPE", l.redis_key});
+    EXPECT_EQ(std::string(type->str), "hash");
+    run_call({&l}, now, {2}, {}, "old layout, cost 2");  // the state changes: a string now
+    if (HasFatalFailure()) return;
+    type = rltest::command(conn_.get(), {"TYPE", l.redis_key});
+    EXPECT_EQ(std::string(type->str), "string");
+    EXPECT_EQ(l.key.s.c, 5);
 }
 
 // The two variants are the same text but for the lines that set now.

@@ -1,6 +1,7 @@
 #include "redis_command.h"
 
 #include <cstring>
+#include <limits>
 
 #include "redis_keys.h"
 #include "redis_script.h"
@@ -43,6 +44,27 @@ class Resp {
         raw("\r\n", 2);
     }
 
+    // A bulk string's head, for a body written piece by piece (then end_bulk()).
+    void bulk_head(size_t n) {
+        raw("$", 1);
+        digits(n);
+        raw("\r\n", 2);
+    }
+
+    void end_bulk() { raw("\r\n", 2); }
+
+    // An IEEE-754 double, little-endian whatever the host's order: the script unpacks '<d'
+    // (cheaper in Lua than an integer). Exact: every value is an integer below 2^53.
+    void le_double(int64_t v) {
+        static_assert(std::numeric_limits<double>::is_iec559 && sizeof(double) == 8, "IEEE-754 doubles");
+        const double d = static_cast<double>(v);
+        uint64_t u;
+        std::memcpy(&u, &d, sizeof u);
+        char b[8];
+        for (size_t i = 0; i < 8; i++) b[i] = static_cast<char>((u >> (8 * i)) & 0xff);
+        raw(b, 8);
+    }
+
     void bulk_key(std::string_view prefix, const RedisCheck& c) {
         size_t n = redis_key_len(prefix, c.zone, c.policy->algo);
         bulk_head(n);
@@ -67,22 +89,23 @@ class Resp {
         raw(tmp + sizeof tmp - n, n);
     }
 
-    void bulk_head(size_t n) {
-        raw("$", 1);
-        digits(n);
-        raw("\r\n", 2);
-    }
-
     char* buf_;
     size_t len_ = 0;
 };
 
 int64_t clamp_cost(int64_t cost) { return cost < 0 ? 0 : (cost > kExact ? kExact : cost); }
 
+size_t total_checks(const RedisGroup* groups, size_t ngroups) {
+    size_t n = 0;
+    for (size_t g = 0; g < ngroups; g++) n += groups[g].n;
+    return n;
+}
+
 size_t script_command(char* buf, std::string_view mode, CommandScript script, bool injected_time,
-                      std::string_view prefix, const RedisCheck* checks, size_t n, int64_t now_us) {
+                      std::string_view prefix, const RedisGroup* groups, size_t ngroups, int64_t now_us) {
+    const size_t nkeys = total_checks(groups, ngroups);
     Resp r(buf);
-    r.array(3 + n + kArgvHead + kArgvPerCheck * n);
+    r.array(3 + nkeys + kArgvCount);
     if (script == CommandScript::eval) {
         r.bulk("EVAL");
         r.bulk(script_text(injected_time));
@@ -90,46 +113,68 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
         r.bulk("EVALSHA");
         r.bulk(std::string_view(script_sha1(injected_time), 40));
     }
-    r.bulk_int(static_cast<int64_t>(n));
-    for (size_t i = 0; i < n; i++) r.bulk_key(prefix, checks[i]);
+    r.bulk_int(static_cast<int64_t>(nkeys));
+    for (size_t g = 0; g < ngroups; g++) {
+        for (size_t i = 0; i < groups[g].n; i++) r.bulk_key(prefix, groups[g].checks[i]);
+    }
     r.bulk(mode);
     r.bulk_int(injected_time ? now_us : 0);
-    for (size_t i = 0; i < n; i++) {
-        const Policy& p = *checks[i].policy;
-        r.bulk_int(static_cast<int64_t>(p.algo));
-        r.bulk_int(p.requests);
-        r.bulk_int(p.period_us);
-        r.bulk_int(p.burst);
-        r.bulk_int(p.refill);
-        r.bulk_int(p.token);
-        r.bulk_int(p.depth);
-        r.bulk_int(p.weight_scale);
-        r.bulk_int(clamp_cost(checks[i].cost));
-        r.bulk_int(checks[i].at);
+    r.bulk_head(kGroupBytes * ngroups + kCheckBytes * nkeys);
+    for (size_t g = 0; g < ngroups; g++) {
+        r.le_double(static_cast<int64_t>(groups[g].n));
+        for (size_t i = 0; i < groups[g].n; i++) {
+            const RedisCheck& c = groups[g].checks[i];
+            const Policy& p = *c.policy;
+            r.le_double(static_cast<int64_t>(p.algo));
+            r.le_double(p.requests);
+            r.le_double(p.period_us);
+            r.le_double(p.burst);
+            r.le_double(p.refill);
+            r.le_double(p.token);
+            r.le_double(p.depth);
+            r.le_double(p.weight_scale);
+            r.le_double(clamp_cost(c.cost));
+            r.le_double(c.at);
+        }
     }
+    r.end_bulk();
     return r.size();
 }
 
 }  // namespace
 
+size_t batch_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisGroup* groups,
+                         size_t ngroups, int64_t now_us) noexcept {
+    return script_command(nullptr, "decide", script, injected_time, prefix, groups, ngroups, now_us);
+}
+
+size_t write_batch_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                           const RedisGroup* groups, size_t ngroups, int64_t now_us) noexcept {
+    return script_command(buf, "decide", script, injected_time, prefix, groups, ngroups, now_us);
+}
+
 size_t decide_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisCheck* checks,
                           size_t n, int64_t now_us) noexcept {
-    return script_command(nullptr, "decide", script, injected_time, prefix, checks, n, now_us);
+    const RedisGroup g{checks, n};
+    return script_command(nullptr, "decide", script, injected_time, prefix, &g, 1, now_us);
 }
 
 size_t write_decide_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                             const RedisCheck* checks, size_t n, int64_t now_us) noexcept {
-    return script_command(buf, "decide", script, injected_time, prefix, checks, n, now_us);
+    const RedisGroup g{checks, n};
+    return script_command(buf, "decide", script, injected_time, prefix, &g, 1, now_us);
 }
 
 size_t refund_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisCheck* checks,
                           size_t n, int64_t now_us) noexcept {
-    return script_command(nullptr, "refund", script, injected_time, prefix, checks, n, now_us);
+    const RedisGroup g{checks, n};
+    return script_command(nullptr, "refund", script, injected_time, prefix, &g, 1, now_us);
 }
 
 size_t write_refund_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                             const RedisCheck* checks, size_t n, int64_t now_us) noexcept {
-    return script_command(buf, "refund", script, injected_time, prefix, checks, n, now_us);
+    const RedisGroup g{checks, n};
+    return script_command(buf, "refund", script, injected_time, prefix, &g, 1, now_us);
 }
 
 size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, size_t n) noexcept {
@@ -140,25 +185,46 @@ size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck
     return write_refund_command(buf, CommandScript::evalsha, false, prefix, checks, n, 0);
 }
 
-bool decode_decide_reply(const int64_t* values, size_t n, size_t nchecks, Decision* out, int64_t* redis_now) noexcept {
-    if (values == nullptr || n != decide_reply_len(nchecks)) return false;
-    bool all = true;
-    for (size_t i = 0; i < nchecks; i++) {
-        const int64_t* v = values + kReplyHead + kReplyPerCheck * i;
-        if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < kNever) return false;
-        all = all && v[0] == 1;
+size_t batch_reply_len(const RedisGroup* groups, size_t ngroups) noexcept {
+    return decide_reply_len(total_checks(groups, ngroups));
+}
+
+bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* groups, size_t ngroups, Decision* out,
+                        bool* admitted, int64_t* redis_now) noexcept {
+    if (values == nullptr || (groups == nullptr && ngroups > 0) || n != batch_reply_len(groups, ngroups)) return false;
+    if (out == nullptr && n > kReplyHead) return false;
+    // Check everything before writing anything.
+    size_t count = 0;
+    const int64_t* v = values + kReplyHead;
+    for (size_t g = 0; g < ngroups; g++) {
+        bool all = true;
+        for (size_t i = 0; i < groups[g].n; i++, v += kReplyPerCheck) {
+            if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < kNever) return false;
+            all = all && v[0] == 1;
+        }
+        count += all;
     }
     // The script's verdict must agree with its parts.
-    if (values[0] != (all ? 1 : 0) || values[1] < 0) return false;
-    for (size_t i = 0; i < nchecks; i++) {
-        const int64_t* v = values + kReplyHead + kReplyPerCheck * i;
-        out[i].allowed = v[0] == 1;
-        out[i].remaining = v[1];
-        out[i].reset_us = v[2];
-        out[i].retry_after_us = v[3];
+    if (values[0] < 0 || static_cast<uint64_t>(values[0]) != count || values[1] < 0) return false;
+    v = values + kReplyHead;
+    for (size_t g = 0; g < ngroups; g++) {
+        bool all = true;
+        for (size_t i = 0; i < groups[g].n; i++, v += kReplyPerCheck, out++) {
+            out->allowed = v[0] == 1;
+            out->remaining = v[1];
+            out->reset_us = v[2];
+            out->retry_after_us = v[3];
+            all = all && out->allowed;
+        }
+        if (admitted != nullptr) admitted[g] = all;
     }
     if (redis_now != nullptr) *redis_now = values[1];
     return true;
+}
+
+bool decode_decide_reply(const int64_t* values, size_t n, size_t nchecks, Decision* out, int64_t* redis_now) noexcept {
+    const RedisGroup g{nullptr, nchecks};
+    return decode_batch_reply(values, n, &g, 1, out, nullptr, redis_now);
 }
 
 }  // namespace rl

@@ -1,26 +1,43 @@
 // The request to the Redis script (RESP, ready to write to the socket) and its reply.
 //
-//   EVALSHA <sha1> <n> KEYS[1..n] ARGV...     (or EVAL <script text> ..., after NOSCRIPT)
-//   KEYS[i]  = redis_key(prefix, zone, hash, policy.algo) of check i (one prefix per call)
+// One call decides a batch of groups: a group is one request's checks, all or nothing; the
+// groups are decided in order, each seeing what the previous ones admitted (the same key may
+// recur across groups). A single request is the batch of one group.
+//
+//   EVALSHA <sha1> <nkeys> KEYS[1..nkeys] ARGV[1..3]   (or EVAL <script text> ..., after NOSCRIPT)
+//   KEYS     = redis_key(prefix, zone, hash, policy.algo) of every check, the groups' checks
+//              back to back (one prefix per call); the keys of one group are distinct
 //   ARGV[1]  = "decide" | "refund"
-//   ARGV[2]  = now in microseconds for the test variant; "0", and ignored, in production
-//   ARGV[3 + 10*(i-1) ..] = check i: algo (rl::Algo's value), requests, period_us, burst,
-//              refill, token, depth, weight_scale, cost, at
-//   (the derived integers come from finish_policy: the script never recomputes a gcd)
+//   ARGV[2]  = now in microseconds (decimal) for the test variant; "0", and ignored, in production
+//   ARGV[3]  = the checks, binary: little-endian IEEE-754 doubles (every value an integer below
+//              2^52, so exact); per group its number of checks n, then n records of 10 (80 bytes)
+//              in KEYS order: algo (rl::Algo's value), requests, period_us, burst, refill, token,
+//              depth, weight_scale, cost, at
+//   (binary because one struct.unpack per check is far cheaper in Lua than ten tonumber()s;
+//   the derived integers come from finish_policy: the script never recomputes a gcd)
 //
 //   reply: an array of integers
-//     {all_allowed, now_us, then per check: allowed, remaining, reset_us, retry_after_us}
-//   retry_after_us is -1 (kNever) when the cost can never be admitted.
+//     {admitted, now_us, then per check (the groups back to back): allowed, remaining,
+//      reset_us, retry_after_us}
+//   admitted is the number of groups admitted; a group is admitted iff all its checks allowed.
+//   retry_after_us is -1 (kNever) when the cost can never be admitted. For one group the reply
+//   is {1 if admitted else 0, now_us, ...}.
 //
-// decide: every check is decided at the same now; if all allow, each changed state is written
-// and its key set to expire when the state is worth a fresh key's; otherwise nothing is
-// written and the checks that would have allowed report their state as a cost-0 request
-// would (exactly what the shared-memory path does). The keys of one call must be distinct.
+// decide: each group decides its checks at the same now; if all allow, each changed state is
+// kept and its key set to expire when the state is worth a fresh key's (the TTL of its last
+// change); otherwise the group changes nothing and its checks that would have allowed report
+// their state as a cost-0 request would (exactly what the shared-memory path does).
 //
 // refund: undoes, per check, one admission of `cost` made at `at` (rl::refund) and reports
-// each check as a cost-0 request after it; all_allowed is the AND of those reports (a bucket
-// left over-full by a clock that went back reports a cost-0 request as rejected). Used when
-// one request's checks went to several calls (Redis Cluster nodes) and another call rejected.
+// each check as a cost-0 request after it; a group counts as admitted when all its reports
+// allow (a bucket left over-full by a clock that went back reports a cost-0 request as
+// rejected). Used when one request's checks went to several calls (Redis Cluster nodes) and
+// another call rejected; sent as one group.
+//
+// Storage: the gcra, token, leaky, sliding and fixed states are a string of three little-endian
+// doubles (a, b, c of rl::State: 24 bytes), read with GET and written with SET ... PX; the log
+// is a list of decimal timestamps. A hash {a, b, c} left by an earlier
+// version is still read, and replaced at the key's next change.
 //
 // Writers take a caller's buffer of exactly the _len() size (two passes: measure, allocate
 // from the request pool, write): no heap, no exceptions.
@@ -43,26 +60,53 @@ struct RedisCheck {
     int64_t at = 0;                   // refund only: the decide reply's now_us
 };
 
+// One request's checks: all or nothing.
+struct RedisGroup {
+    const RedisCheck* checks;
+    size_t n;
+};
+
 // How the script is named: EVALSHA, or EVAL with its text after a NOSCRIPT error (which also
 // loads it for the following EVALSHAs).
 enum class CommandScript : uint8_t { evalsha, eval };
 
-constexpr size_t kArgvHead = 2;       // mode, now
-constexpr size_t kArgvPerCheck = 10;  // algo .. weight_scale, cost, at
-constexpr size_t kReplyHead = 2;      // all_allowed, now_us
-constexpr size_t kReplyPerCheck = 4;  // allowed, remaining, reset_us, retry_after_us
+constexpr size_t kArgvCount = 3;          // mode, now, checks
+constexpr size_t kGroupBytes = 8;         // a group's number of checks
+constexpr size_t kCheckBytes = 8 * 10;    // algo .. weight_scale, cost, at: doubles
+constexpr size_t kReplyHead = 2;          // admitted, now_us
+constexpr size_t kReplyPerCheck = 4;      // allowed, remaining, reset_us, retry_after_us
 
 inline size_t decide_reply_len(size_t nchecks) noexcept { return kReplyHead + kReplyPerCheck * nchecks; }
 
-// A decide call of n checks whose keys start with `prefix` (no braces). injected_time selects
-// the test variant of the script, which decides at now_us; production passes false (now_us
-// is then not sent).
+// ---- batches -----------------------------------------------------------------------------
+
+// A decide call of ngroups groups whose keys start with `prefix` (no braces). injected_time
+// selects the test variant of the script, which decides at now_us; production passes false
+// (now_us is then not sent).
+size_t batch_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisGroup* groups,
+                         size_t ngroups, int64_t now_us) noexcept;
+size_t write_batch_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                           const RedisGroup* groups, size_t ngroups, int64_t now_us) noexcept;
+
+// The reply's number of integers, and its decoding: out gets one Decision per check, the
+// groups back to back (allowed, remaining, reset_us, retry_after_us; limit and next are left
+// as they were: the caller knows the policy); admitted[g] tells whether group g was admitted
+// (and so consumed: a check reported allowed in a group that was not admitted consumed
+// nothing and must not be refunded); *redis_now the decision time (Redis's clock, the `at` of
+// a later refund). admitted and redis_now may be null. Returns false, writing nothing, if the
+// reply does not have that shape or its admitted count disagrees with its checks.
+size_t batch_reply_len(const RedisGroup* groups, size_t ngroups) noexcept;
+bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* groups, size_t ngroups, Decision* out,
+                        bool* admitted, int64_t* redis_now) noexcept;
+
+// ---- one request: the batch of one group ----------------------------------------------------
+
 size_t decide_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisCheck* checks,
                           size_t n, int64_t now_us) noexcept;
 size_t write_decide_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                             const RedisCheck* checks, size_t n, int64_t now_us) noexcept;
 
-// A refund call: the same shape, mode "refund", each check's cost and at.
+// A refund call: one group, mode "refund", each check's cost and at.
 size_t refund_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisCheck* checks,
                           size_t n, int64_t now_us) noexcept;
 size_t write_refund_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
@@ -73,14 +117,9 @@ size_t write_refund_command(char* buf, CommandScript script, bool injected_time,
 size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, size_t n) noexcept;
 size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n) noexcept;
 
-// Reads the reply (already parsed into its n integers) into out[0..nchecks): allowed,
-// remaining, reset_us and retry_after_us; limit and next are left as they were (the caller
-// knows the policy). *redis_now gets now_us: Redis's clock, the `at` of a later refund.
-// Returns false, writing nothing, if the reply does not have that shape.
-//
-// The call admitted the request iff values[0] == 1, which is iff every out[i].allowed. Then,
-// and only then, the call consumed: a check reported allowed in a call that something else
-// rejected consumed nothing and must not be refunded.
+// Reads the reply of a one-group call (already parsed into its n integers) into
+// out[0..nchecks), as decode_batch_reply does. The call admitted the request iff
+// values[0] == 1, which is iff every out[i].allowed.
 bool decode_decide_reply(const int64_t* values, size_t n, size_t nchecks, Decision* out, int64_t* redis_now) noexcept;
 
 }  // namespace rl
