@@ -192,7 +192,9 @@ sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
     }
     for my $k (@in) {
         my ($bef, $aft) = ($pre{$k} // "-", $post{$k} // "-");
-        ok($bef =~ /^\d+$/ && $aft =~ /^\d+$/ && $bef < 399 && $aft > 0, "reshard: $k was being consumed while its slot moved ($bef before, $aft after)");
+        # On a slow run (sanitizers) the reshard may outlast the key's quota: then it was still
+        # consumed from when the reshard began, which is what this checks.
+        ok($bef =~ /^\d+$/ && $aft =~ /^\d+$/ && $bef < 399 && $aft < $bef, "reshard: $k was being consumed while its slot moved ($bef before, $aft after)");
         is($c->owner($l->{$k}{slot})->port, $B->port, "reshard: $k now lives on " . $B->port);
     }
 }
