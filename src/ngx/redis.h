@@ -55,6 +55,7 @@ struct rl_redis_node_t {
     ngx_event_t flush;       // posted: one write for all commands queued in this loop turn
     ngx_log_t log;           // connect errors are reported by us, rate limited
     unsigned reloading:1;    // a SCRIPT LOAD is in flight after a NOSCRIPT
+    unsigned flushing:1;     // in the flush handler: no need to post it again
 };
 
 // One `ratelimit_redis` directive.

@@ -98,7 +98,9 @@ void script_loaded(rl_redis_op_t* op, redisReply* reply) noexcept {
 void on_flush(ngx_event_t* ev) noexcept {
     auto* node = static_cast<rl_redis_node_t*>(ev->data);
     if (node->state != RL_CONN_READY || node->c == nullptr) return;
+    node->flushing = 1;  // what the batches add to the buffer is written just below
     rl_redis_flush_queued(node);  // may fail the node
+    node->flushing = 0;
     if (node->c == nullptr) return;
     ngx_connection_t* c = node->c;
     while (node->out_sent < node->out_len) {
@@ -204,6 +206,7 @@ void node_fail(rl_redis_node_t* node, const char* why) noexcept {
     node->out_len = node->out_sent = 0;
     node->handshake = 0;
     node->reloading = 0;
+    node->flushing = 0;
     node->state = RL_CONN_BACKOFF;
     // Fail what was in flight: each owner applies on_error now rather than at its timeout.
     while (!ngx_queue_empty(&node->inflight)) {
@@ -333,7 +336,7 @@ void rl_redis_node_close(rl_redis_node_t* node) noexcept {
 }
 
 void rl_redis_schedule_flush(rl_redis_node_t* node) noexcept {
-    if (node->state == RL_CONN_READY && !node->flush.posted) {
+    if (node->state == RL_CONN_READY && !node->flush.posted && !node->flushing) {
         ngx_post_event(&node->flush, &ngx_posted_events);
     }
 }
