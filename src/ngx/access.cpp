@@ -186,22 +186,23 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         return NGX_DECLINED;  // counted once, not again after a redirect
     }
 
-    // One allocation holds the context, the results, the locking scratch and a result list.
+    // One allocation, the pool cleanup's own data, holds the context, the results, the
+    // locking scratch and a result list.
     ngx_uint_t n = lcf->applied->nelts;
     size_t bytes = sizeof(rl_ctx_t) + n * (sizeof(rl_result_t) + 3 * sizeof(void*));
-    auto* mem = static_cast<u_char*>(ngx_palloc(r->pool, bytes));
-    ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (mem == nullptr || cln == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, bytes);
+    if (cln == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
-    auto* ctx = reinterpret_cast<rl_ctx_t*>(mem);
+    auto* ctx = static_cast<rl_ctx_t*>(cln->data);
     *ctx = rl_ctx_t{};
     ctx->r = r;
     ctx->results = reinterpret_cast<rl_result_t*>(ctx + 1);
     ctx->decider = -1;
     ctx->headers = lcf->headers;
+    ctx->policy = &lcf->policy;
+    ctx->napplied = n;
     ctx->phase = RL_PHASE_RETURNED;
     cln->handler = rl_ctx_cleanup;
-    cln->data = ctx;
     ngx_http_set_ctx(r, ctx, ngx_http_ratelimit_module);
 
     auto* applied = static_cast<rl_applied_t*>(lcf->applied->elts);

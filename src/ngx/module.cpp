@@ -1,6 +1,7 @@
 // Module definition: directives, configuration create/merge, phase and filter registration.
 #include "ratelimit.h"
 
+#include "core/headers.h"
 #include "core/rate.h"
 
 namespace {
@@ -209,6 +210,20 @@ void rl_limit_error(ngx_conf_t* cf, const rl_limit_t& l, const char* fmt, const 
     }
 }
 
+// RateLimit-Policy for a request every applied limit decided: formatted once, here.
+bool rl_build_policy_header(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
+    auto* applied = static_cast<rl_applied_t*>(conf->applied->elts);
+    ngx_uint_t n = conf->applied->nelts;
+    auto* items = static_cast<rl::HeaderItem*>(ngx_palloc(cf->pool, n * sizeof(rl::HeaderItem) + 1));
+    if (items == nullptr) return false;
+    for (ngx_uint_t i = 0; i < n; i++) items[i] = rl_policy_item(applied[i]);
+    auto* buf = static_cast<char*>(ngx_pnalloc(cf->pool, rl::header_max_len(items, n)));
+    if (buf == nullptr) return false;
+    conf->policy.data = reinterpret_cast<u_char*>(buf);
+    conf->policy.len = rl::format_policy(buf, items, n);
+    return true;
+}
+
 // Turns this level's `ratelimit` lines into applied limits: each zone's policy under this
 // level's algorithm and the line's burst, checked and finished once, here.
 bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
@@ -243,7 +258,7 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         a->limit = &l;
         a->policy = p;
     }
-    return true;
+    return rl_build_policy_header(cf, conf);
 }
 
 char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept {

@@ -4,6 +4,7 @@
 #include "ngx_include.h"
 
 #include "core/decide.h"
+#include "core/headers.h"
 #include "core/key_hash.h"
 #include "core/redis_command.h"
 #include "core/slot_table.h"
@@ -69,6 +70,8 @@ struct rl_loc_conf_t {
     ngx_flag_t dry_run;
     ngx_uint_t log_level;
     ngx_uint_t on_error;   // RL_ON_ERROR_*
+    ngx_str_t policy;      // RateLimit-Policy when every applied limit decides: the same for
+                           // every request, so formatted once, at merge
 };
 
 enum {
@@ -153,6 +156,8 @@ struct rl_ctx_t {
     ngx_int_t decider;     // index of the result that decided, -1 if none
     rl_status_e status;
     ngx_uint_t headers;    // RL_HEADERS_* of the location that decided
+    const ngx_str_t* policy;  // its precomputed RateLimit-Policy (rl_loc_conf_t::policy)
+    ngx_uint_t napplied;   // limits applied there (a decided result each, or the policy differs)
     int64_t retry_after_us;
     bool headers_done;
     rl_phase_e phase;
@@ -200,6 +205,8 @@ void rl_refund_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
 
 // response_headers.cpp
 ngx_int_t rl_header_filter_init(ngx_conf_t* cf) noexcept;
+// A limit as RateLimit-Policy names it: zone name, quota and window (no state).
+rl::HeaderItem rl_policy_item(const rl_applied_t& applied) noexcept;
 
 // variables.cpp
 ngx_int_t rl_add_variables(ngx_conf_t* cf) noexcept;

@@ -28,11 +28,7 @@ bool add_number(ngx_http_request_t* r, const char* name, int64_t v) {
 }
 
 rl::HeaderItem item_of(const rl_result_t& res) {
-    rl::HeaderItem it;
-    const rl_zone_t* zone = res.applied->zone;
-    it.name = std::string_view(reinterpret_cast<const char*>(zone->name.data), zone->name.len);
-    it.quota = res.applied->policy.requests;
-    it.window_s = rl::ceil_seconds(res.applied->policy.period_us);
+    rl::HeaderItem it = rl_policy_item(*res.applied);
     it.remaining = res.decision.remaining;
     it.reset_s = rl::ceil_seconds(res.decision.reset_us);
     return it;
@@ -64,7 +60,12 @@ bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
             if (rl_decided(ctx->results[i])) items[n++] = item_of(ctx->results[i]);
         }
-        if (!add_list(r, "RateLimit-Policy", items, n, rl::format_policy)) return false;
+        if (n == ctx->napplied) {
+            // Every applied limit decided: the location's policy, formatted at merge.
+            if (!add_header(r, "RateLimit-Policy", ctx->policy->data, ctx->policy->len)) return false;
+        } else if (!add_list(r, "RateLimit-Policy", items, n, rl::format_policy)) {
+            return false;
+        }
         if (!add_list(r, "RateLimit", items, n, rl::format_state)) return false;
     }
     if (ctx->headers & RL_HEADERS_LEGACY) {
@@ -87,6 +88,14 @@ ngx_int_t rl_header_filter(ngx_http_request_t* r) noexcept {
 }
 
 }  // namespace
+
+rl::HeaderItem rl_policy_item(const rl_applied_t& applied) noexcept {
+    rl::HeaderItem it;
+    it.name = rl_sv(applied.zone->name);
+    it.quota = applied.policy.requests;
+    it.window_s = rl::ceil_seconds(applied.policy.period_us);
+    return it;
+}
 
 ngx_int_t rl_header_filter_init(ngx_conf_t*) noexcept {
     rl_next_header_filter = ngx_http_top_header_filter;
