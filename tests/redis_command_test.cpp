@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -259,3 +260,39 @@ TEST(RedisCommand, DecodeReply) {
 }
 
 }  // namespace
+
+// The request path sizes its buffer with batch_command_bound: it must never be short.
+TEST(RedisCommandBound, NeverBelowTheExactLength) {
+    std::mt19937_64 rng(77);
+    std::vector<rl::Policy> policies;
+    for (rl::Algo a : {rl::Algo::gcra, rl::Algo::sliding, rl::Algo::log}) {
+        rl::Policy p;
+        p.algo = a;
+        p.requests = 1000000000LL;
+        p.period_us = 86400LL * 1000000;
+        ASSERT_EQ(rl::finish_policy(p), nullptr);
+        policies.push_back(p);
+    }
+    std::string zone_name(rl::kMaxZoneLen, 'z');
+    for (int round = 0; round < 200; round++) {
+        size_t ngroups = 1 + rng() % 64;
+        std::vector<std::vector<rl::RedisCheck>> checks(ngroups);
+        std::vector<rl::RedisGroup> groups(ngroups);
+        for (size_t g = 0; g < ngroups; g++) {
+            size_t n = 1 + rng() % 3;
+            for (size_t i = 0; i < n; i++) {
+                rl::RedisCheck c;
+                c.zone = std::string_view(zone_name).substr(0, 1 + rng() % rl::kMaxZoneLen);
+                c.hash = rl::KeyHash{rng(), rng()};
+                c.policy = &policies[rng() % policies.size()];
+                c.cost = static_cast<int64_t>(rng() % 1000000000000ULL);
+                checks[g].push_back(c);
+            }
+            groups[g] = rl::RedisGroup{checks[g].data(), checks[g].size()};
+        }
+        std::string prefix(rng() % 40, 'p');
+        size_t exact = rl::batch_command_len(rl::CommandScript::evalsha, false, prefix, groups.data(), ngroups, 0);
+        EXPECT_GE(rl::batch_command_bound(prefix, groups.data(), ngroups), exact);
+        EXPECT_LE(rl::batch_command_bound(prefix, groups.data(), ngroups), exact + ngroups * 3 * 400 + 400);
+    }
+}

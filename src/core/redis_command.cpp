@@ -58,11 +58,15 @@ class Resp {
     void le_double(int64_t v) {
         static_assert(std::numeric_limits<double>::is_iec559 && sizeof(double) == 8, "IEEE-754 doubles");
         const double d = static_cast<double>(v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        raw(reinterpret_cast<const char*>(&d), 8);  // already in the wire's order
+#else
         uint64_t u;
         std::memcpy(&u, &d, sizeof u);
         char b[8];
         for (size_t i = 0; i < 8; i++) b[i] = static_cast<char>((u >> (8 * i)) & 0xff);
         raw(b, 8);
+#endif
     }
 
     void bulk_key(std::string_view prefix, const RedisCheck& c) {
@@ -183,6 +187,17 @@ size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, siz
 
 size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n) noexcept {
     return write_refund_command(buf, CommandScript::evalsha, false, prefix, checks, n, 0);
+}
+
+size_t batch_command_bound(std::string_view prefix, const RedisGroup* groups, size_t ngroups) noexcept {
+    // Per check: its key's bulk string, at most redis_key_max_len for the longest zone name
+    // (a zone name is at most kMaxZoneLen), and its 80 bytes; per group its count; then the
+    // head: the array, EVALSHA, the sha, the key count, the mode, now and the blob's head.
+    constexpr size_t kBulkFrame = 1 + 20 + 2 + 2;  // "$<len>\r\n...\r\n"
+    size_t nkeys = total_checks(groups, ngroups);
+    size_t key = kBulkFrame + redis_key_max_len(prefix, std::string_view()) + kMaxZoneLen;
+    return 4 * kBulkFrame + 1 + 20 + 2 + 7 + 40 + 20 + 6 + 20 + kBulkFrame +
+           nkeys * (key + kCheckBytes) + ngroups * kGroupBytes;
 }
 
 size_t batch_reply_len(const RedisGroup* groups, size_t ngroups) noexcept {

@@ -88,6 +88,11 @@ size_t batch_command_len(CommandScript script, bool injected_time, std::string_v
 size_t write_batch_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                            const RedisGroup* groups, size_t ngroups, int64_t now_us) noexcept;
 
+// A cheap upper bound of write_batch_command's production EVALSHA (zone names of at most
+// kMaxZoneLen bytes): the request path sizes its buffer without measuring exactly.
+constexpr size_t kMaxZoneLen = 256;
+size_t batch_command_bound(std::string_view prefix, const RedisGroup* groups, size_t ngroups) noexcept;
+
 // The reply's number of integers, and its decoding: out gets one Decision per check, the
 // groups back to back (allowed, remaining, reset_us, retry_after_us; limit and next are left
 // as they were: the caller knows the policy); admitted[g] tells whether group g was admitted

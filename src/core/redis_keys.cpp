@@ -49,15 +49,31 @@ size_t redis_key(char* buf, std::string_view prefix, std::string_view zone, cons
     return static_cast<size_t>(p - buf);
 }
 
+namespace {
+
+// CRC16/XMODEM one byte at a time: the table of the eight bit steps for each byte value.
+struct Crc16Table {
+    uint16_t v[256];
+};
+
+constexpr Crc16Table make_crc16_table() {
+    Crc16Table t{};
+    for (int b = 0; b < 256; b++) {
+        auto crc = static_cast<uint16_t>(b << 8);
+        for (int bit = 0; bit < 8; bit++) crc = static_cast<uint16_t>(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
+        t.v[b] = crc;
+    }
+    return t;
+}
+
+constexpr Crc16Table kCrc16 = make_crc16_table();
+
+}  // namespace
+
 uint16_t crc16_xmodem(const void* data, size_t len) noexcept {
     const auto* in = static_cast<const unsigned char*>(data);
     uint16_t crc = 0;
-    for (size_t i = 0; i < len; i++) {
-        crc = static_cast<uint16_t>(crc ^ (in[i] << 8));
-        for (int bit = 0; bit < 8; bit++) {
-            crc = static_cast<uint16_t>(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
-        }
-    }
+    for (size_t i = 0; i < len; i++) crc = static_cast<uint16_t>((crc << 8) ^ kCrc16.v[((crc >> 8) ^ in[i]) & 0xff]);
     return crc;
 }
 

@@ -41,6 +41,7 @@ struct rl_redis_node_t {
     ngx_connection_t* c;
     rl_conn_state_e state;
     redisReader* reader;
+    void* arena;             // where the reader builds replies (redis_conn.cpp)
     u_char* out;             // commands not yet written: out[sent, len)
     size_t out_len;
     size_t out_sent;

@@ -9,6 +9,101 @@
 
 namespace {
 
+// Replies are parsed into an arena of the node instead of one malloc per element (a batch's
+// reply has hundreds): reset after each reply is handled, freed with the connection.
+struct rl_arena_chunk_t {
+    rl_arena_chunk_t* next;
+    size_t size;
+    size_t used;
+    // data follows
+};
+
+constexpr size_t kArenaChunk = 16384;
+
+void* arena_alloc(rl_arena_chunk_t** head, size_t n) {
+    n = (n + 15) & ~size_t{15};
+    rl_arena_chunk_t* c = *head;
+    if (c == nullptr || c->used + n > c->size) {
+        size_t size = n > kArenaChunk ? n : kArenaChunk;
+        auto* fresh = static_cast<rl_arena_chunk_t*>(ngx_alloc(sizeof(rl_arena_chunk_t) + size, ngx_cycle->log));
+        if (fresh == nullptr) return nullptr;
+        fresh->next = c;
+        fresh->size = size;
+        fresh->used = 0;
+        *head = c = fresh;
+    }
+    void* p = reinterpret_cast<u_char*>(c + 1) + c->used;
+    c->used += n;
+    ngx_memzero(p, n);
+    return p;
+}
+
+// Keeps the newest chunk for the next reply, frees the others.
+void arena_reset(rl_arena_chunk_t** head, bool all) {
+    rl_arena_chunk_t* c = *head;
+    if (c == nullptr) return;
+    rl_arena_chunk_t* rest = all ? c : c->next;
+    if (!all) {
+        c->next = nullptr;
+        c->used = 0;
+    } else {
+        *head = nullptr;
+    }
+    while (rest != nullptr) {
+        rl_arena_chunk_t* next = rest->next;
+        ngx_free(rest);
+        rest = next;
+    }
+}
+
+// hiredis's reply builders, on the arena (the reader's privdata is the node's arena head).
+redisReply* reply_object(const redisReadTask* task, int type) {
+    auto** arena = static_cast<rl_arena_chunk_t**>(task->privdata);
+    auto* r = static_cast<redisReply*>(arena_alloc(arena, sizeof(redisReply)));
+    if (r == nullptr) return nullptr;
+    r->type = type;
+    if (task->parent != nullptr) {
+        auto* parent = static_cast<redisReply*>(task->parent->obj);
+        parent->element[task->idx] = r;
+    }
+    return r;
+}
+
+void* create_string(const redisReadTask* task, char* str, size_t len) {
+    redisReply* r = reply_object(task, task->type);
+    if (r == nullptr) return nullptr;
+    auto* copy = static_cast<char*>(arena_alloc(static_cast<rl_arena_chunk_t**>(task->privdata), len + 1));
+    if (copy == nullptr) return nullptr;
+    if (len > 0) ngx_memcpy(copy, str, len);
+    r->str = copy;
+    r->len = len;
+    return r;
+}
+
+void* create_array(const redisReadTask* task, int elements) {
+    redisReply* r = reply_object(task, REDIS_REPLY_ARRAY);
+    if (r == nullptr) return nullptr;
+    if (elements > 0) {
+        size_t bytes = static_cast<size_t>(elements) * sizeof(redisReply*);
+        r->element = static_cast<redisReply**>(arena_alloc(static_cast<rl_arena_chunk_t**>(task->privdata), bytes));
+        if (r->element == nullptr) return nullptr;
+    }
+    r->elements = static_cast<size_t>(elements);
+    return r;
+}
+
+void* create_integer(const redisReadTask* task, long long value) {
+    redisReply* r = reply_object(task, REDIS_REPLY_INTEGER);
+    if (r != nullptr) r->integer = value;
+    return r;
+}
+
+void* create_nil(const redisReadTask* task) { return reply_object(task, REDIS_REPLY_NIL); }
+
+void free_object(void*) {}  // the arena is reset as a whole
+
+redisReplyObjectFunctions kArenaReplies = {create_string, create_array, create_integer, create_nil, free_object};
+
 constexpr ngx_msec_t kBackoffMin = 50;
 constexpr ngx_msec_t kBackoffMax = 400;  // limiting resumes well within a second of Redis coming back
 constexpr size_t kReadChunk = 16384;
@@ -164,7 +259,6 @@ void on_read(ngx_event_t* rev) noexcept {
             if (obj == nullptr) break;
             auto* reply = static_cast<redisReply*>(obj);
             if (ngx_queue_empty(&node->inflight)) {
-                freeReplyObject(reply);
                 node_fail(node, "unexpected reply");
                 return;
             }
@@ -173,9 +267,9 @@ void on_read(ngx_event_t* rev) noexcept {
             auto* op = ngx_queue_data(q, rl_redis_op_t, queue);
             node->ninflight -= op->weight;
             if (op->data != nullptr) op->done(op, reply);
-            freeReplyObject(reply);
             op_free(redis, op);
             if (node->c != c) return;  // the handler failed the connection
+            arena_reset(reinterpret_cast<rl_arena_chunk_t**>(&node->arena), false);
         }
         if (static_cast<size_t>(n) < sizeof(buf)) break;
     }
@@ -200,6 +294,7 @@ void node_fail(rl_redis_node_t* node, const char* why) noexcept {
         redisReaderFree(node->reader);
         node->reader = nullptr;
     }
+    arena_reset(reinterpret_cast<rl_arena_chunk_t**>(&node->arena), true);
     if (node->flush.posted) {
         ngx_delete_posted_event(&node->flush);
     }
@@ -271,11 +366,12 @@ rl_redis_node_t* rl_redis_node_create(rl_redis_t* redis, const ngx_addr_t& addr)
 void rl_redis_node_connect(rl_redis_node_t* node) noexcept {
     if (node->state != RL_CONN_DOWN) return;
     rl_redis_t* redis = node->redis;
-    node->reader = redisReaderCreate();
+    node->reader = redisReaderCreateWithFunctions(&kArenaReplies);
     if (node->reader == nullptr) {
         node_fail(node, "out of memory");
         return;
     }
+    node->reader->privdata = &node->arena;
     ngx_memzero(&node->peer, sizeof(node->peer));
     node->peer.sockaddr = node->addr.sockaddr;
     node->peer.socklen = node->addr.socklen;

@@ -3,6 +3,7 @@
 #include "ratelimit.h"
 
 #include "core/rate.h"
+#include "core/redis_command.h"
 #include "core/refund.h"
 
 namespace {
@@ -81,7 +82,12 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     zone->name = args[1];
     zone->file = cf->conf_file->file.name.data;
     zone->line = cf->conf_file->line;
-    // The name appears in response headers and Redis keys: keep it to a safe alphabet.
+    // The name appears in response headers and Redis keys: keep it short, in a safe alphabet.
+    if (zone->name.len > rl::kMaxZoneLen) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "zone name \"%V\" is too long (%uz bytes at most)", &zone->name,
+                           rl::kMaxZoneLen);
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
     for (size_t i = 0; i < zone->name.len; i++) {
         u_char ch = zone->name.data[i];
         if (!(isalnum(ch) || ch == '_' || ch == '-' || ch == '.')) {
