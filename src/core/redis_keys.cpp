@@ -16,11 +16,27 @@ size_t put(char* p, std::string_view s) {
     return s.size();
 }
 
+// Two hex digits per byte value: a key is formatted for every Redis check.
+struct HexPairs {
+    char v[512];
+};
+
+constexpr HexPairs make_hex_pairs() {
+    HexPairs t{};
+    const char* digits = "0123456789abcdef";
+    for (int b = 0; b < 256; b++) {
+        t.v[2 * b] = digits[b >> 4];
+        t.v[2 * b + 1] = digits[b & 0xf];
+    }
+    return t;
+}
+
+constexpr HexPairs kHexPairs = make_hex_pairs();
+
 size_t put_hex64(char* p, uint64_t v) {
-    static const char kHex[] = "0123456789abcdef";
-    for (int i = 15; i >= 0; i--) {
-        p[i] = kHex[v & 0xf];
-        v >>= 4;
+    for (int i = 7; i >= 0; i--) {
+        std::memcpy(p + 2 * i, &kHexPairs.v[2 * (v & 0xff)], 2);
+        v >>= 8;
     }
     return 16;
 }
