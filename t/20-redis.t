@@ -6,6 +6,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
 use Test::More;
+use File::Temp ();
 use Time::HiRes qw(time sleep);
 
 my $redis = start_redis(args => ['--requirepass', 's3cret-pw', '--databases', '4'], password => 's3cret-pw');
@@ -133,6 +134,27 @@ for my $a (@algos) {
     ($s, $h) = $n->get('/local3?k=x');
     ($item) = parse_sf_list($h->{ratelimit});
     is($item->{r}, 2, 'shared memory got back the unit of the request Redis rejected');
+}
+
+# A Redis on a unix socket.
+{
+    my $dir = File::Temp::tempdir('rlsock-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    chmod 0777, $dir;
+    my $sock = "$dir/redis.sock";
+    my $ux = start_redis(args => ['--unixsocket', $sock, '--unixsocketperm', '777']);
+    my $u = start_nginx(<<"EOF3");
+    ratelimit_redis ux unix:$sock;
+    ratelimit_zone uz key=\$arg_k requests=2 period=1h burst=1 redis=ux;
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        add_header X-Status \$ratelimit_status always;
+        location / { ratelimit zone=uz; empty_gif; }
+    }
+EOF3
+    my @s = map { my ($st, $h) = $u->get('/?k=s'); "$st $h->{'x-status'}" } 1 .. 3;
+    is("@s", '200 PASSED 200 PASSED 429 REJECTED', 'unix socket: limits decided in Redis');
+    is(scalar(grep { /^rl:\{uz:/ } $ux->keys_matching('*')), 1, 'unix socket: the state is in that Redis');
+    $u->stop;
 }
 
 # A reload: old workers close their Redis connections and exit cleanly; the state stays.
