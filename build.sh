@@ -5,7 +5,7 @@
 #   ./build.sh test       build, run the GoogleTest suite, then prove t/
 #   ./build.sh asan       build build/asan/ngx_http_ratelimit_module.so with ASan+UBSan
 #   ./build.sh test-asan  run prove t/ against the sanitizer build
-#   ./build.sh bench      run tests/bench/run.sh (not a test)
+#   ./build.sh bench      run tests/bench/run.sh, then tests/bench/instructions.sh (not tests)
 #   ./build.sh stop       stop the nginx started by run
 # NGINX_SRC=/path/to/nginx-source builds against that tree (configured --with-compat)
 # instead of Debian's nginx-dev.
@@ -168,6 +168,6 @@ case "$cmd" in
             exit 1
         fi
         ;;
-    bench) do_build; ensure_packages wrk:wrk; "$ROOT/tests/bench/run.sh" ;;
+    bench) do_build; ensure_packages wrk:wrk valgrind:valgrind; "$ROOT/tests/bench/run.sh"; "$ROOT/tests/bench/instructions.sh" ;;
     *) echo "usage: $0 [build|run|stop|test|unit|prove|asan|test-asan|bench]" >&2; exit 2 ;;
 esac

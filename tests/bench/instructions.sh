@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# User-space instructions per request of nginx, under callgrind: the module's own cost, free of
+# the machine's noise (a VM's req/s drifts by 20-40% between runs; this count moves by <1%).
+# It leaves out what run.sh measures and this cannot: the kernel (send, receive, wake-ups) and
+# cache and TLB misses.
+#
+#   tests/bench/instructions.sh        (needs valgrind; Redis row: redis-server, else skipped)
+#
+# One nginx (one process, no master) runs under callgrind, collecting only inside its event
+# loop; for each location: a few requests to warm up, counters zeroed, REQUESTS requests from
+# wrk on one connection, counters dumped. Every limit admits every request; one-key locations.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
+SO=${SO:-$ROOT/build/ngx_http_ratelimit_module.so}
+SECONDS_PER_CASE=${SECONDS_PER_CASE:-3}
+
+for c in valgrind callgrind_control wrk curl; do
+    command -v $c >/dev/null || { echo "instructions.sh: $c is not installed" >&2; exit 1; }
+done
+[[ -f $SO ]] || { echo "instructions.sh: no module at $SO (./build.sh build)" >&2; exit 1; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlinstr.XXXXXX")
+VG="" RPID=""
+cleanup() {
+    [[ -n $VG ]] && kill -QUIT "$VG" 2>/dev/null && wait "$VG" 2>/dev/null
+    [[ -n $RPID ]] && kill "$RPID" 2>/dev/null
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+redis_port=""
+if command -v redis-server >/dev/null; then
+    redis_port=$(free_port)
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" \
+        --daemonize yes --pidfile "$TMP/redis.pid" --logfile "$TMP/redis.log" >/dev/null
+    for _ in $(seq 100); do [[ -s $TMP/redis.pid ]] && break; sleep 0.05; done
+    RPID=$(cat "$TMP/redis.pid")
+fi
+
+# name | location body (the zone z* all key on the constant "one")
+quota="requests=1000000000 period=1s"
+CASES=(
+    "plain|empty_gif;"
+    "plain + the gcra row's headers (add_header)|add_header RateLimit-Policy '\"z_gcra\";q=1000000000;w=1'; add_header RateLimit '\"z_gcra\";r=1000;t=1'; empty_gif;"
+    "limit_req|limit_req zone=lr burst=1000000 nodelay; empty_gif;"
+    "ratelimit gcra, headers off|ratelimit zone=z_gcra; ratelimit_headers off; empty_gif;"
+)
+for a in gcra token leaky sliding fixed log; do CASES+=("ratelimit $a|ratelimit zone=z_$a; empty_gif;"); done
+[[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis|ratelimit zone=z_redis; empty_gif;")
+
+{
+    echo "load_module $SO;"
+    echo "worker_processes 1; daemon off; master_process off;"
+    echo "pid $TMP/nginx.pid; error_log $TMP/error.log warn;"
+    echo "events { worker_connections 256; }"
+    echo "http { access_log off; keepalive_requests 100000000;"
+    echo "  client_body_temp_path $TMP; proxy_temp_path $TMP; fastcgi_temp_path $TMP; uwsgi_temp_path $TMP; scgi_temp_path $TMP;"
+    echo "  limit_req_zone \$host zone=lr:10m rate=100000000r/s;"
+    for a in gcra token leaky; do echo "  ratelimit_zone z_$a key=one $quota burst=1000 algo=$a size=1m;"; done
+    for a in sliding fixed; do echo "  ratelimit_zone z_$a key=one $quota algo=$a size=1m;"; done
+    echo "  ratelimit_zone z_log key=one requests=1000000 period=1s algo=log size=16m;"
+    if [[ -n $redis_port ]]; then
+        echo "  ratelimit_redis r 127.0.0.1:$redis_port timeout=1s;"
+        echo "  ratelimit_zone z_redis key=one $quota burst=1000 redis=r;"
+    fi
+    PORTS=()
+    for c in "${CASES[@]}"; do
+        p=$(free_port); PORTS+=("$p")
+        echo "  server { listen 127.0.0.1:$p; location / { ${c#*|} } }"
+    done
+    echo "}"
+} >"$TMP/nginx.conf"
+
+valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" --collect-atstart=no \
+    --toggle-collect=ngx_process_events_and_timers \
+    "$NGINX_BIN" -p "$TMP" -c "$TMP/nginx.conf" >"$TMP/vg.log" 2>&1 &
+VG=$!
+for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:${PORTS[0]}/" && break; sleep 0.1; done
+
+echo "| location | Ir/request | vs plain | vs limit_req |"
+echo "| --- | ---: | ---: | ---: |"
+declare -a IR=()
+for i in "${!CASES[@]}"; do
+    url="http://127.0.0.1:${PORTS[$i]}/"
+    for _ in 1 2 3 4 5; do
+        code=$(curl -s -o /dev/null -w '%{http_code}' "$url")
+        [[ $code == 200 ]] || { echo "instructions.sh: ${CASES[$i]%%|*}: status $code" >&2; exit 1; }
+    done
+    callgrind_control -z "$VG" >/dev/null
+    out=$(wrk -t1 -c1 -d"${SECONDS_PER_CASE}s" "$url" 2>&1)
+    rm -f "$TMP"/cg.out.*
+    callgrind_control -d "$VG" >/dev/null
+    n=$(awk '/requests in/ { print $1 }' <<<"$out")
+    [[ $(awk '/Non-2xx/ { print $NF }' <<<"$out") == "" ]] || { echo "instructions.sh: non-2xx answers: $out" >&2; exit 1; }
+    dump=$(ls -t "$TMP"/cg.out.* | head -1)
+    ir=$(awk '/^summary:/ { print $2 }' "$dump")
+    IR[$i]=$((ir / n))
+    printf '| %s | %d | %s | %s |\n' "${CASES[$i]%%|*}" "${IR[$i]}" \
+        "$(awk -v a="${IR[0]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }')" \
+        "$( ((i >= 2)) && awk -v a="${IR[2]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }' || echo -)"
+done
+echo
+echo "Ir: instructions executed in user space (nginx, the module, libc), per request, one keep-alive"
+echo "connection, $SECONDS_PER_CASE s of wrk per location. \"vs\": the baseline's Ir / the row's (the throughput ratio"
+echo "that user-space work alone would give)."
