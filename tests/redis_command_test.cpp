@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "algo_test_util.h"
+#include "packed_doubles.h"
 #include "core/redis_script.h"
 
 namespace {
 
+using rltest::doubles;
 using rltest::kSec;
 
 std::string decide(rl::CommandScript script, bool injected, std::string_view prefix,
@@ -23,18 +25,6 @@ std::string decide(rl::CommandScript script, bool injected, std::string_view pre
     std::string buf(len, '?');
     EXPECT_EQ(rl::write_decide_command(buf.data(), script, injected, prefix, checks.data(), checks.size(), now), len);
     return buf;
-}
-
-// The checks argument's numbers: little-endian IEEE-754 doubles, built here independently of
-// the writer.
-std::string doubles(std::initializer_list<double> vs) {
-    std::string out;
-    for (double v : vs) {
-        uint64_t u;
-        std::memcpy(&u, &v, sizeof u);
-        for (size_t b = 0; b < 8; b++) out.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
-    }
-    return out;
 }
 
 TEST(RedisCommand, DoublesAreLittleEndian) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algo_test_util.h"
+#include "packed_doubles.h"
 #include "core/exact_math.h"
 #include "core/redis_command.h"
 #include "core/redis_keys.h"
@@ -26,6 +27,7 @@
 
 namespace {
 
+using rltest::doubles;
 using rltest::Context;
 using rltest::Key;
 using rltest::kSec;
@@ -314,6 +316,50 @@ class RedisDiff : public ::testing::Test {
     }
 
     // One call on both sides, then every comparison. `ats` empty: a decide call; else a refund.
+    // One script call observed: TIME, then in one transaction the call and, per key, its expiry
+    // time, PERSIST and its state, then TIME. PERSIST keeps real time from expiring the keys of
+    // this simulated timeline later; the transaction keeps Redis from expiring them before
+    // PERSIST, unless the machine stalls it (see compare_key). The script's reply (integers) goes
+    // to out->values; out->exec keeps the rest: element 1 + 3i is key i's expiry, 3 + 3i its state.
+    struct Observed {
+        Reply exec;
+        std::vector<int64_t> values;
+        int64_t t0_ms = 0, t1_ms = 0;
+    };
+    void observe_call(const std::string& cmd, const std::vector<Limit*>& keys, const std::string& where,
+                      Observed* out) {
+        redisContext* c = conn_.get();
+        rltest::append(c, {"TIME"});
+        rltest::append(c, {"MULTI"});
+        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+        for (Limit* l : keys) {
+            rltest::append(c, {"PEXPIRETIME", l->redis_key});
+            rltest::append(c, {"PERSIST", l->redis_key});
+            append_state_read(c, *l);
+        }
+        rltest::append(c, {"EXEC"});
+        rltest::append(c, {"TIME"});
+        Reply t0 = rltest::next_reply(c);
+        for (size_t i = 0; i < 2 + 3 * keys.size(); i++) {
+            Reply queued = rltest::next_reply(c);  // OK, then QUEUED for each command
+            ASSERT_TRUE(queued && queued->type == REDIS_REPLY_STATUS) << where << ": " << c->errstr;
+        }
+        out->exec = rltest::next_reply(c);
+        Reply t1 = rltest::next_reply(c);
+        const redisReply* exec = out->exec.get();
+        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * keys.size())
+            << where << ": " << c->errstr;
+        const redisReply* reply = exec->element[0];
+        ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY) << where << ": " << (reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+        for (size_t i = 0; i < reply->elements; i++) {
+            ASSERT_EQ(reply->element[i]->type, REDIS_REPLY_INTEGER) << where;
+            out->values.push_back(reply->element[i]->integer);
+        }
+        out->t0_ms = rltest::time_us(t0.get()) / 1000;
+        out->t1_ms = rltest::time_us(t1.get()) / 1000;
+        ASSERT_GT(out->t0_ms, 0);
+    }
+
     void run_call(const std::vector<Limit*>& lims, int64_t now, const std::vector<int64_t>& costs,
                   const std::vector<int64_t>& ats, const std::string& where) {
         const bool refund = !ats.empty();
@@ -340,36 +386,14 @@ class RedisDiff : public ::testing::Test {
             all = reference_decide_all(lims, costs, now, want);
         }
 
-        // The Redis side, in one pipeline: TIME, then in one transaction the script and, per key,
-        // its expiry time, PERSIST and its state, then TIME. PERSIST keeps real time from
-        // expiring the keys of this simulated timeline later; the transaction keeps Redis from
-        // expiring them before PERSIST, unless the machine stalls it (see below).
+        // The Redis side, in one pipeline (observe_call).
         std::string cmd = build(refund, rl::CommandScript::evalsha, true, now, checks_of(lims, costs, ats));
-        redisContext* c = conn_.get();
-        rltest::append(c, {"TIME"});
-        rltest::append(c, {"MULTI"});
-        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
-        for (Limit* l : lims) {
-            rltest::append(c, {"PEXPIRETIME", l->redis_key});
-            rltest::append(c, {"PERSIST", l->redis_key});
-            append_state_read(c, *l);
-        }
-        rltest::append(c, {"EXEC"});
-        rltest::append(c, {"TIME"});
-        Reply t0 = rltest::next_reply(c);
-        for (size_t i = 0; i < 2 + 3 * n; i++) {
-            Reply queued = rltest::next_reply(c);  // OK, then QUEUED for each command
-            ASSERT_TRUE(queued && queued->type == REDIS_REPLY_STATUS) << where << ": " << c->errstr;
-        }
-        Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
-        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * n) << where << ": " << c->errstr;
-        const redisReply* reply = exec->element[0];
-        ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY) << where << ": " << (reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-        std::vector<int64_t> values;
-        for (size_t i = 0; i < reply->elements; i++) {
-            ASSERT_EQ(reply->element[i]->type, REDIS_REPLY_INTEGER) << where;
-            values.push_back(reply->element[i]->integer);
-        }
+        Observed obs;
+        observe_call(cmd, lims, where, &obs);
+        if (HasFatalFailure()) return;
+        const redisReply* exec = obs.exec.get();
+        const std::vector<int64_t>& values = obs.values;
+        const int64_t t0_ms = obs.t0_ms, t1_ms = obs.t1_ms;
         std::vector<rl::Decision> got(n);
         int64_t redis_now = -1;
         ASSERT_TRUE(rl::decode_decide_reply(values.data(), values.size(), n, got.data(), &redis_now))
@@ -377,8 +401,6 @@ class RedisDiff : public ::testing::Test {
             << describe_input(lims, before, now, costs);
         EXPECT_EQ(redis_now, now) << where;
         EXPECT_EQ(values[0], all ? 1 : 0) << where;
-        const int64_t t0_ms = rltest::time_us(t0.get()) / 1000, t1_ms = rltest::time_us(t1.get()) / 1000;
-        ASSERT_GT(t0_ms, 0);
 
         bool some_allowed = false;
         for (size_t i = 0; i < n; i++) {
@@ -481,34 +503,12 @@ class RedisDiff : public ::testing::Test {
         ASSERT_EQ(cmd.substr(len), std::string(16, '\xee')) << "wrote past the measured length";
         cmd.resize(len);
 
-        // As run_call: TIME, then in one transaction the script and, per key, its expiry time,
-        // PERSIST and its state, then TIME.
-        redisContext* c = conn_.get();
-        rltest::append(c, {"TIME"});
-        rltest::append(c, {"MULTI"});
-        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
-        for (Limit* l : keys) {
-            rltest::append(c, {"PEXPIRETIME", l->redis_key});
-            rltest::append(c, {"PERSIST", l->redis_key});
-            append_state_read(c, *l);
-        }
-        rltest::append(c, {"EXEC"});
-        rltest::append(c, {"TIME"});
-        Reply t0 = rltest::next_reply(c);
-        for (size_t i = 0; i < 2 + 3 * keys.size(); i++) {
-            Reply queued = rltest::next_reply(c);
-            ASSERT_TRUE(queued && queued->type == REDIS_REPLY_STATUS) << where << ": " << c->errstr;
-        }
-        Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
-        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * keys.size())
-            << where << ": " << c->errstr;
-        const redisReply* reply = exec->element[0];
-        ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY) << where << ": " << (reply->type == REDIS_REPLY_ERROR ? reply->str : "");
-        std::vector<int64_t> values;
-        for (size_t i = 0; i < reply->elements; i++) {
-            ASSERT_EQ(reply->element[i]->type, REDIS_REPLY_INTEGER) << where;
-            values.push_back(reply->element[i]->integer);
-        }
+        Observed obs;
+        observe_call(cmd, keys, where, &obs);
+        if (HasFatalFailure()) return;
+        const redisReply* exec = obs.exec.get();
+        const std::vector<int64_t>& values = obs.values;
+        const int64_t t0_ms = obs.t0_ms, t1_ms = obs.t1_ms;
         ASSERT_EQ(values.size(), rl::batch_reply_len(rgroups.data(), rgroups.size())) << where;
         std::vector<rl::Decision> got(values.size());
         std::unique_ptr<bool[]> admitted(new bool[groups.size() + 1]);
@@ -517,8 +517,6 @@ class RedisDiff : public ::testing::Test {
                                            admitted.get(), &redis_now))
             << where << ": reply " << ::testing::PrintToString(values);
         EXPECT_EQ(redis_now, now) << where;
-        const int64_t t0_ms = rltest::time_us(t0.get()) / 1000, t1_ms = rltest::time_us(t1.get()) / 1000;
-        ASSERT_GT(t0_ms, 0);
 
         size_t k = 0;
         for (size_t g = 0; g < groups.size(); g++) {
@@ -881,17 +879,6 @@ TEST_F(RedisDiff, ProductionBatch) {
     rl::State s;
     ASSERT_TRUE(stored_state(fixed.get(), s));
     EXPECT_EQ(s.b, 1);
-}
-
-// The checks argument as the writer lays it out: little-endian doubles.
-std::string doubles(std::initializer_list<double> vs) {
-    std::string out;
-    for (double v : vs) {
-        uint64_t u;
-        std::memcpy(&u, &v, sizeof u);
-        for (size_t b = 0; b < 8; b++) out.push_back(static_cast<char>((u >> (8 * b)) & 0xff));
-    }
-    return out;
 }
 
 // Malformed calls are error replies, never decisions, and write nothing.
