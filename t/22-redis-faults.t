@@ -8,6 +8,8 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
 use Test::More;
+use IO::Select;
+use IO::Socket::INET;
 use Time::HiRes qw(time sleep);
 
 my $timeout_ms = 100;
@@ -57,6 +59,23 @@ sub resumes_within {
 
 my $key = 0;
 sub fresh { $key++; return "k$key" }
+
+# Waits (up to 2 s) until Redis stops answering a PING within 50 ms: a command sent from now
+# on arrives while it sleeps, not in the same event-loop turn as the DEBUG SLEEP.
+sub redis_asleep {
+    my ($r) = @_;
+    my $deadline = time + 2;
+    while (time < $deadline) {
+        my $s = IO::Socket::INET->new(PeerAddr => $r->addr, Timeout => 1) or return 0;
+        print $s "PING\r\n";
+        my $sel = IO::Select->new($s);
+        my $answered = $sel->can_read(0.05);
+        close $s;
+        return 1 unless $answered;
+        sleep 0.01;
+    }
+    return 0;
+}
 
 # 1. Redis not running when nginx starts.
 {
@@ -145,7 +164,7 @@ for my $stall (['DEBUG', 'SLEEP', '1.2'], ['CLIENT', 'PAUSE', '1200', 'ALL']) {
     is("@s", '200 200', 'late admission: two of five used');
     my $pid = fork // die;
     if (!$pid) { $redis->cli('DEBUG', 'SLEEP', '0.6'); POSIX::_exit(0) }
-    sleep 0.1;
+    ok(redis_asleep($redis), 'late admission: Redis sleeps');
     @s = map { join ' ', (timed("/deny?k=$k"))[0, 1] } 1 .. 3;
     is("@s", '503 ERROR 503 ERROR 503 ERROR', 'late admission: three denied while Redis sleeps');
     waitpid $pid, 0;

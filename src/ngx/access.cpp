@@ -103,7 +103,7 @@ void rl_wake(ngx_event_t* ev) noexcept {
 
 void rl_timeout(ngx_event_t* ev) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(ev->data);
-    rl_redis_abandon(ctx);  // pending calls fail: on_error applies to their limits
+    rl_redis_timed_out(ctx);  // pending calls fail: on_error applies to their limits
     rl_redis_finished(ctx);
 }
 

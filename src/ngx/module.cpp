@@ -14,7 +14,6 @@ char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
 ngx_int_t rl_preconfiguration(ngx_conf_t* cf) noexcept;
 ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept;
 ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept;
-ngx_int_t rl_init_module(ngx_cycle_t* cycle) noexcept;
 void rl_exit_process(ngx_cycle_t* cycle) noexcept;
 
 ngx_conf_num_bounds_t rl_status_bounds = {ngx_conf_check_num_bounds, 400, 599};
@@ -289,7 +288,6 @@ ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept {
 }
 
 ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept { return rl_redis_init_process(cycle); }
-ngx_int_t rl_init_module(ngx_cycle_t* cycle) noexcept { return rl_redis_check_modes(cycle); }
 void rl_exit_process(ngx_cycle_t* cycle) noexcept { rl_redis_exit_process(cycle); }
 
 }  // namespace
@@ -301,7 +299,7 @@ ngx_module_t ngx_http_ratelimit_module = {
     rl_commands,
     NGX_HTTP_MODULE,
     nullptr,                  // init master
-    rl_init_module,           // init module
+    nullptr,                  // init module
     rl_init_process,          // init process
     nullptr,                  // init thread
     nullptr,                  // exit thread

@@ -187,6 +187,8 @@ void rl_redis_refund(rl_ctx_t* ctx) noexcept;
 // in flight stay known until rl_redis_forget, so that rl_redis_refund can arm a refund for
 // a late admission of a request that was rejected meanwhile.
 void rl_redis_abandon(rl_ctx_t* ctx) noexcept;
+// The request's timeout passed: logs it (rate limited) and abandons what is pending.
+void rl_redis_timed_out(rl_ctx_t* ctx) noexcept;
 void rl_redis_forget(rl_ctx_t* ctx) noexcept;
 // access.cpp: the last call of a waiting request has an outcome; resumes the request.
 void rl_redis_finished(rl_ctx_t* ctx) noexcept;

@@ -3,6 +3,7 @@
 // map fresh: about every second, soon after a node fails, and at once after a MOVED.
 #include "redis_cluster.h"
 
+#include "core/log_text.h"
 #include "core/redis_keys.h"
 
 namespace {
@@ -38,14 +39,15 @@ rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long por
     u_char* end = ngx_snprintf(text, sizeof(text), v6 ? "[%*s]:%L" : "%*s:%L", host.size(), host.data(), port);
     size_t len = static_cast<size_t>(end - text);
     for (ngx_uint_t i = 0; i < redis->nnodes; i++) {
-        const ngx_str_t& name = redis->nodes[i]->addr.name;
+        const ngx_str_t& name = redis->nodes[i]->conn.addr.name;
         if (name.len == len && ngx_strncmp(name.data, text, len) == 0) return redis->nodes[i];
     }
     ngx_addr_t addr;
     ngx_memzero(&addr, sizeof(addr));
     if (ngx_parse_addr_port(redis->pool, &addr, text, len) != NGX_OK) {
-        rl_redis_error(redis, "ratelimit redis \"%V\": cannot use the node address \"%*s\" (an IP address is needed)",
-                       &redis->name, len, text);
+        rl_redis_log_error(&redis->conn, 0,
+                           "ratelimit redis \"%V\": cannot use the node address \"%*s\" (an IP address is needed)",
+                           &redis->name, len, text);
         return nullptr;
     }
     addr.name.data = static_cast<u_char*>(ngx_pnalloc(redis->pool, len));
@@ -54,7 +56,7 @@ rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long por
     addr.name.len = len;
     if (redis->nnodes == redis->nodes_cap) {
         ngx_uint_t cap = redis->nodes_cap * 2;
-        auto** nodes = static_cast<rl_redis_node_t**>(ngx_alloc(cap * sizeof(rl_redis_node_t*), redis->log));
+        auto** nodes = static_cast<rl_redis_node_t**>(ngx_alloc(cap * sizeof(rl_redis_node_t*), redis->conn.log));
         if (nodes == nullptr) return nullptr;
         ngx_memcpy(nodes, redis->nodes, redis->nnodes * sizeof(rl_redis_node_t*));
         ngx_free(redis->nodes);
@@ -75,7 +77,7 @@ ngx_uint_t index_of(rl_redis_t* redis, rl_redis_node_t* node) {
 }
 
 // CLUSTER SLOTS: [[start, end, [host, port, id, ...], replicas...], ...]
-void on_map(rl_redis_op_t* op, redisReply* reply) noexcept {
+void on_map(rl_conn_op_t* op, redisReply* reply) noexcept {
     auto* redis = static_cast<rl_redis_t*>(op->data);
     rl_cluster_t* cl = state_of(redis);
     cl->asking_map = 0;
@@ -84,9 +86,10 @@ void on_map(rl_redis_op_t* op, redisReply* reply) noexcept {
         return;
     }
     if (reply->type != REDIS_REPLY_ARRAY) {
-        rl_redis_error(redis, "ratelimit redis \"%V\" at %V: CLUSTER SLOTS failed: %*s", &redis->name,
-                       &op->node->addr.name, reply->type == REDIS_REPLY_ERROR ? static_cast<size_t>(reply->len) : 0,
-                       reply->str);
+        char text[rl::kLogTextCap];
+        size_t n = reply->type == REDIS_REPLY_ERROR ? rl::log_text(reply->str, reply->len, text, sizeof(text)) : 0;
+        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: CLUSTER SLOTS failed: %*s", &redis->name,
+                           &op->conn->addr.name, n, text);
         cl->soon = 1;
         return;
     }
@@ -104,7 +107,7 @@ void on_map(rl_redis_op_t* op, redisReply* reply) noexcept {
         std::string_view host = sv(primary->element[0]->str, primary->element[0]->len);
         rl_redis_node_t* node;
         if (host.empty() || host == "?") {
-            node = op->node;  // the node does not know its own address: it is the one we asked
+            node = static_cast<rl_redis_node_t*>(op->conn->data);  // the node does not know its own address: it is the one we asked
         } else {
             node = node_at(redis, host, primary->element[1]->integer);
         }
@@ -113,6 +116,8 @@ void on_map(rl_redis_op_t* op, redisReply* reply) noexcept {
         for (long long s = start->integer; s <= end->integer; s++) cl->slots[s] = ref;
     }
     cl->soon = 0;
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, redis->conn.log, 0, "ratelimit redis \"%V\" at %V: slot map of %uz ranges",
+                   &redis->name, &op->conn->addr.name, reply->elements);
 }
 
 void ask_map(rl_redis_t* redis) {
@@ -122,7 +127,7 @@ void ask_map(rl_redis_t* redis) {
     // Ask the known nodes in turn: a dead one fails the op at once and the next is asked soon.
     for (ngx_uint_t tries = 0; tries < redis->nnodes; tries++) {
         rl_redis_node_t* node = redis->nodes[cl->next++ % redis->nnodes];
-        if (rl_redis_send(node, reinterpret_cast<const u_char*>(kCommand), sizeof(kCommand) - 1, on_map, redis, 0)) {
+        if (rl_conn_send(&node->conn, reinterpret_cast<const u_char*>(kCommand), sizeof(kCommand) - 1, on_map, redis, 0)) {
             cl->asking_map = 1;
             return;
         }
@@ -132,12 +137,12 @@ void ask_map(rl_redis_t* redis) {
 }  // namespace
 
 bool rl_cluster_init(rl_redis_t* redis) noexcept {
-    auto* cl = static_cast<rl_cluster_t*>(ngx_calloc(sizeof(rl_cluster_t), redis->log));
+    auto* cl = static_cast<rl_cluster_t*>(ngx_calloc(sizeof(rl_cluster_t), redis->conn.log));
     if (cl == nullptr) return false;
     redis->cluster_state = cl;
     cl->refresh.handler = on_refresh;
     cl->refresh.data = redis;
-    cl->refresh.log = redis->log;
+    cl->refresh.log = redis->conn.log;
     cl->refresh.cancelable = 1;
     ask_map(redis);
     ngx_add_timer(&cl->refresh, kRefreshEvery);

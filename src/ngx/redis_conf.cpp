@@ -1,7 +1,9 @@
 // ratelimit_redis: parsing, and each worker's start: the handshake it writes on every
-// connection and the connections themselves.
+// connection, the check of its replies, and the connections themselves. The master never
+// talks to Redis.
 #include "redis.h"
 
+#include "core/log_text.h"
 #include "core/rate.h"
 #include "core/redis_script.h"
 #include "ratelimit.h"
@@ -80,97 +82,53 @@ bool build_handshake(ngx_pool_t* pool, rl_redis_t* redis) {
         if (!append_command(pool, out, 2, argv, lens)) return false;
         replies++;
     }
+    // Cluster or standalone: told by the server on each connection, so that the master never
+    // waits on the network (nginx -t and reloads do not depend on Redis).
+    const char* info[2] = {"INFO", "cluster"};
+    size_t info_lens[2] = {4, 7};
+    if (!append_command(pool, out, 2, info, info_lens)) return false;
+    redis->mode_check = replies++;
     std::string_view script = rl::script_text(false);
     const char* argv[3] = {"SCRIPT", "LOAD", script.data()};
     size_t lens[3] = {6, 4, script.size()};
     size_t before = out.len;
     if (!append_command(pool, out, 3, argv, lens)) return false;
     replies++;
-    redis->handshake = out.data;
-    redis->handshake_len = out.len;
+    redis->conn.handshake = out.data;
+    redis->conn.handshake_len = out.len;
+    redis->conn.handshake_replies = replies;
     redis->script_load = out.data + before;
     redis->script_load_len = out.len - before;
-    redis->handshake_replies = replies;
     return true;
 }
 
-// Whether the server at `addr` runs in cluster mode: 1 yes, 0 no, -1 unknown (unreachable,
-// or it refused to tell). A blocking exchange, done only in the master at start or reload.
-int probe_cluster_mode(rl_redis_t* redis, const ngx_addr_t& addr, ngx_log_t* log) {
-    struct timeval tv;
-    tv.tv_sec = static_cast<time_t>(redis->connect_timeout / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((redis->connect_timeout % 1000) * 1000);
-    redisContext* c = nullptr;
-    u_char host[NGX_SOCKADDR_STRLEN + 1];
-    if (addr.sockaddr->sa_family == AF_UNIX) {
-        auto* sun = reinterpret_cast<struct sockaddr_un*>(addr.sockaddr);
-        c = redisConnectUnixWithTimeout(sun->sun_path, tv);
-    } else {
-        size_t n = ngx_sock_ntop(addr.sockaddr, addr.socklen, host, NGX_SOCKADDR_STRLEN, 0);
-        host[n] = '\0';
-        c = redisConnectWithTimeout(reinterpret_cast<char*>(host), static_cast<int>(ngx_inet_get_port(addr.sockaddr)), tv);
+// A reply to the handshake: an error (WRONGPASS, NOAUTH, ERR DB index...) or a server of the
+// other mode makes the connection fail, so on_error applies, and is logged (rate limited).
+bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply) noexcept {
+    auto* node = static_cast<rl_redis_node_t*>(conn->data);
+    rl_redis_t* redis = node->redis;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        // The reply names the problem, never the password.
+        char text[rl::kLogTextCap];
+        size_t n = rl::log_text(reply->str, reply->len, text, sizeof(text));
+        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: handshake failed: %*s", &redis->name,
+                           &conn->addr.name, n, text);
+        return false;
     }
-    if (c == nullptr || c->err) {
-        ngx_log_error(NGX_LOG_WARN, log, 0, "ratelimit redis \"%V\" at %V is not reachable at start: %s",
-                      &redis->name, &addr.name, c ? c->errstr : "out of memory");
-        if (c) redisFree(c);
-        return -1;
-    }
-    redisSetTimeout(c, tv);
-    int mode = -1;
-    redisReply* reply = nullptr;
-    if (redis->password.len) {
-        reply = static_cast<redisReply*>(redis->username.len
-            ? redisCommand(c, "AUTH %b %b", redis->username.data, redis->username.len, redis->password.data,
-                           redis->password.len)
-            : redisCommand(c, "AUTH %b", redis->password.data, redis->password.len));
-        bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
-        if (reply) freeReplyObject(reply);
-        if (!ok) {
-            redisFree(c);
-            return -1;  // the workers report the handshake's failure
-        }
-    }
-    reply = static_cast<redisReply*>(redisCommand(c, "INFO cluster"));
-    if (reply != nullptr && reply->type == REDIS_REPLY_STRING) {
-        std::string_view info(reply->str, reply->len);
-        if (info.find("cluster_enabled:1") != std::string_view::npos) mode = 1;
-        else if (info.find("cluster_enabled:0") != std::string_view::npos) mode = 0;
-    }
-    if (reply) freeReplyObject(reply);
-    redisFree(c);
-    return mode;
+    if (index != redis->mode_check || reply->type != REDIS_REPLY_STRING) return true;
+    std::string_view info(reply->str, reply->len);
+    bool cluster = info.find("cluster_enabled:1") != std::string_view::npos;
+    if (cluster == redis->cluster) return true;
+    rl_redis_log_error(&redis->conn, 0,
+                       redis->cluster ? "ratelimit_redis \"%V\" is configured as a cluster, but %V is a standalone "
+                                        "Redis (cluster mode is disabled) in %s:%ui"
+                                      : "ratelimit_redis \"%V\" is configured as a standalone server, but %V is a "
+                                        "Redis Cluster node: add \"cluster\" in %s:%ui",
+                       &redis->name, &conn->addr.name, redis->file, redis->line);
+    return false;
 }
 
 }  // namespace
-
-// A cluster configured against a standalone server, or the reverse, fails nginx's start (or
-// reload) with a clear message, rather than every request later. Unreachable servers pass:
-// nginx starts without Redis, and on_error applies until it is there.
-ngx_int_t rl_redis_check_modes(ngx_cycle_t* cycle) noexcept {
-    auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratelimit_module));
-    if (mcf == nullptr) return NGX_OK;
-    auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);
-    for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
-        rl_redis_t* redis = all[i];
-        auto* addrs = static_cast<ngx_addr_t*>(redis->addrs->elts);
-        for (ngx_uint_t k = 0; k < redis->addrs->nelts; k++) {
-            int mode = probe_cluster_mode(redis, addrs[k], cycle->log);
-            if (mode < 0) continue;
-            if (mode != (redis->cluster ? 1 : 0)) {
-                ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
-                              redis->cluster ? "ratelimit_redis \"%V\" is configured as a cluster, but %V is a "
-                                               "standalone Redis (cluster mode is disabled) in %s:%ui"
-                                             : "ratelimit_redis \"%V\" is configured as a standalone server, but %V is "
-                                               "a Redis Cluster node: add \"cluster\" in %s:%ui",
-                              &redis->name, &addrs[k].name, redis->file, redis->line);
-                return NGX_ERROR;
-            }
-            break;  // one node that answers tells
-        }
-    }
-    return NGX_OK;
-}
 
 // ratelimit_redis NAME [cluster] ADDRESS [ADDRESS ...] [username=U] [password=P] [database=N]
 //                 [timeout=T] [connect_timeout=T] [prefix=S] [max_pending=N];
@@ -284,9 +242,16 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
     auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);
     for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
         rl_redis_t* redis = all[i];
-        redis->log = cycle->log;
+        rl_conn_shared_t& shared = redis->conn;
+        shared.name = redis->name;
+        shared.log = cycle->log;
+        shared.timeout = redis->timeout;
+        shared.connect_timeout = redis->connect_timeout;
+        shared.handshake_reply = check_handshake;
+        shared.fill = rl_redis_fill;
+        shared.failed = rl_redis_failed;
+        ngx_queue_init(&shared.free_ops);
         redis->pool = cycle->pool;
-        ngx_queue_init(&redis->free_ops);
         ngx_queue_init(&redis->free_batches);
         if (!build_handshake(cycle->pool, redis)) return NGX_ERROR;
         auto* addrs = static_cast<ngx_addr_t*>(redis->addrs->elts);
@@ -297,7 +262,7 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
             rl_redis_node_t* node = rl_redis_node_create(redis, addrs[k]);
             if (node == nullptr) return NGX_ERROR;
             redis->nodes[redis->nnodes++] = node;
-            rl_redis_node_connect(node);
+            rl_conn_usable(&node->conn);  // connect now rather than on the first request
         }
         if (redis->cluster && !rl_cluster_init(redis)) return NGX_ERROR;
     }
@@ -309,6 +274,6 @@ void rl_redis_exit_process(ngx_cycle_t* cycle) noexcept {
     if (mcf == nullptr) return;
     auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);
     for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
-        for (ngx_uint_t k = 0; k < all[i]->nnodes; k++) rl_redis_node_close(all[i]->nodes[k]);
+        for (ngx_uint_t k = 0; k < all[i]->nnodes; k++) rl_conn_close(&all[i]->nodes[k]->conn);
     }
 }

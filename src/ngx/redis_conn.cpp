@@ -1,16 +1,30 @@
-// A worker's connection to one Redis server, driven by nginx's event loop: commands of all
-// requests are appended to one output buffer and written together once per loop turn; their
-// replies come back in order and are matched to the ops of the in-flight queue. A failed
-// connection fails its ops at once (on_error applies) and is retried with a short backoff.
-#include "redis.h"
-#include "redis_cluster.h"
+// A worker's connection to one Redis server, driven by nginx's event loop: the commands of a
+// loop turn are appended to one output buffer and written together; their replies come back in
+// order and go to the ops of the in-flight queue. A connection that fails, or whose oldest
+// command is long overdue, is closed: its ops fail at once (the owner applies on_error) and it
+// is opened again after a short backoff.
+#include "redis_conn.h"
+
+#include "core/log_text.h"
 
 #include <cstdarg>
 
 namespace {
 
-// Replies are parsed into an arena of the node instead of one malloc per element (a batch's
-// reply has hundreds): reset after each reply is handled, freed with the connection.
+constexpr ngx_msec_t kBackoffMin = 50;
+constexpr ngx_msec_t kBackoffMax = 400;  // limiting resumes well within a second of Redis coming back
+constexpr size_t kReadChunk = 16384;
+constexpr ngx_msec_t kDeadAfter = 1000;  // or the timeout if longer: see on_watchdog
+
+// What one reply may take. Far above anything asked for (a batch's reply is a few thousand
+// integers, CLUSTER SLOTS of a large cluster some hundred KB): a server announcing more is
+// broken or hostile, and the connection is dropped rather than the worker growing.
+constexpr size_t kMaxReplyBytes = 16 * 1024 * 1024;   // the parsed reply, all elements
+constexpr size_t kMaxPendingBytes = 1024 * 1024;      // one element still being received
+constexpr long long kMaxReplyElements = 1 << 20;      // one array's announced length
+
+// Replies are parsed into an arena of the connection instead of one malloc per element (a
+// batch's reply has hundreds): reset after each reply is handled, freed on failure.
 struct rl_arena_chunk_t {
     rl_arena_chunk_t* next;
     size_t size;
@@ -20,9 +34,13 @@ struct rl_arena_chunk_t {
 
 constexpr size_t kArenaChunk = 16384;
 
-void* arena_alloc(rl_arena_chunk_t** head, size_t n) {
+void* arena_alloc(rl_conn_t* conn, size_t n) {
     n = (n + 15) & ~size_t{15};
-    rl_arena_chunk_t* c = *head;
+    if (conn->arena_bytes + n > kMaxReplyBytes) {
+        conn->too_large = 1;
+        return nullptr;
+    }
+    auto* c = static_cast<rl_arena_chunk_t*>(conn->arena);
     if (c == nullptr || c->used + n > c->size) {
         size_t size = n > kArenaChunk ? n : kArenaChunk;
         auto* fresh = static_cast<rl_arena_chunk_t*>(ngx_alloc(sizeof(rl_arena_chunk_t) + size, ngx_cycle->log));
@@ -30,24 +48,26 @@ void* arena_alloc(rl_arena_chunk_t** head, size_t n) {
         fresh->next = c;
         fresh->size = size;
         fresh->used = 0;
-        *head = c = fresh;
+        conn->arena = c = fresh;
     }
     void* p = reinterpret_cast<u_char*>(c + 1) + c->used;
     c->used += n;
+    conn->arena_bytes += n;
     ngx_memzero(p, n);
     return p;
 }
 
-// Keeps the newest chunk for the next reply, frees the others.
-void arena_reset(rl_arena_chunk_t** head, bool all) {
-    rl_arena_chunk_t* c = *head;
+// Keeps the newest chunk for the next reply (unless `all`), frees the others.
+void arena_reset(rl_conn_t* conn, bool all) {
+    auto* c = static_cast<rl_arena_chunk_t*>(conn->arena);
+    conn->arena_bytes = 0;
     if (c == nullptr) return;
     rl_arena_chunk_t* rest = all ? c : c->next;
-    if (!all) {
+    if (all) {
+        conn->arena = nullptr;
+    } else {
         c->next = nullptr;
         c->used = 0;
-    } else {
-        *head = nullptr;
     }
     while (rest != nullptr) {
         rl_arena_chunk_t* next = rest->next;
@@ -56,10 +76,9 @@ void arena_reset(rl_arena_chunk_t** head, bool all) {
     }
 }
 
-// hiredis's reply builders, on the arena (the reader's privdata is the node's arena head).
+// hiredis's reply builders, on the arena (the reader's privdata is the connection).
 redisReply* reply_object(const redisReadTask* task, int type) {
-    auto** arena = static_cast<rl_arena_chunk_t**>(task->privdata);
-    auto* r = static_cast<redisReply*>(arena_alloc(arena, sizeof(redisReply)));
+    auto* r = static_cast<redisReply*>(arena_alloc(static_cast<rl_conn_t*>(task->privdata), sizeof(redisReply)));
     if (r == nullptr) return nullptr;
     r->type = type;
     if (task->parent != nullptr) {
@@ -72,7 +91,7 @@ redisReply* reply_object(const redisReadTask* task, int type) {
 void* create_string(const redisReadTask* task, char* str, size_t len) {
     redisReply* r = reply_object(task, task->type);
     if (r == nullptr) return nullptr;
-    auto* copy = static_cast<char*>(arena_alloc(static_cast<rl_arena_chunk_t**>(task->privdata), len + 1));
+    auto* copy = static_cast<char*>(arena_alloc(static_cast<rl_conn_t*>(task->privdata), len + 1));
     if (copy == nullptr) return nullptr;
     if (len > 0) ngx_memcpy(copy, str, len);
     r->str = copy;
@@ -81,11 +100,16 @@ void* create_string(const redisReadTask* task, char* str, size_t len) {
 }
 
 void* create_array(const redisReadTask* task, int elements) {
+    auto* conn = static_cast<rl_conn_t*>(task->privdata);
+    if (elements > kMaxReplyElements) {  // checked before its pointers are allocated
+        conn->too_large = 1;
+        return nullptr;
+    }
     redisReply* r = reply_object(task, REDIS_REPLY_ARRAY);
     if (r == nullptr) return nullptr;
     if (elements > 0) {
         size_t bytes = static_cast<size_t>(elements) * sizeof(redisReply*);
-        r->element = static_cast<redisReply**>(arena_alloc(static_cast<rl_arena_chunk_t**>(task->privdata), bytes));
+        r->element = static_cast<redisReply**>(arena_alloc(conn, bytes));
         if (r->element == nullptr) return nullptr;
     }
     r->elements = static_cast<size_t>(elements);
@@ -104,119 +128,128 @@ void free_object(void*) {}  // the arena is reset as a whole
 
 redisReplyObjectFunctions kArenaReplies = {create_string, create_array, create_integer, create_nil, free_object};
 
-constexpr ngx_msec_t kBackoffMin = 50;
-constexpr ngx_msec_t kBackoffMax = 400;  // limiting resumes well within a second of Redis coming back
-constexpr size_t kReadChunk = 16384;
+void conn_fail(rl_conn_t* conn, ngx_err_t err, const char* why) noexcept;
 
-void node_fail(rl_redis_node_t* node, const char* why) noexcept;
-
-rl_redis_op_t* op_alloc(rl_redis_t* redis) {
-    if (!ngx_queue_empty(&redis->free_ops)) {
-        ngx_queue_t* q = ngx_queue_head(&redis->free_ops);
+rl_conn_op_t* op_alloc(rl_conn_shared_t* shared) {
+    if (!ngx_queue_empty(&shared->free_ops)) {
+        ngx_queue_t* q = ngx_queue_head(&shared->free_ops);
         ngx_queue_remove(q);
-        return ngx_queue_data(q, rl_redis_op_t, queue);
+        return ngx_queue_data(q, rl_conn_op_t, queue);
     }
-    return static_cast<rl_redis_op_t*>(ngx_alloc(sizeof(rl_redis_op_t), redis->log));
+    return static_cast<rl_conn_op_t*>(ngx_alloc(sizeof(rl_conn_op_t), shared->log));
 }
 
-void op_free(rl_redis_t* redis, rl_redis_op_t* op) { ngx_queue_insert_head(&redis->free_ops, &op->queue); }
+void op_free(rl_conn_shared_t* shared, rl_conn_op_t* op) { ngx_queue_insert_head(&shared->free_ops, &op->queue); }
 
-bool out_reserve(rl_redis_node_t* node, size_t more) {
-    if (node->out_sent > 0 && node->out_sent == node->out_len) node->out_sent = node->out_len = 0;
-    if (node->out_len + more <= node->out_cap) return true;
-    if (node->out_sent > 0) {  // reclaim what was written before growing
-        ngx_memmove(node->out, node->out + node->out_sent, node->out_len - node->out_sent);
-        node->out_len -= node->out_sent;
-        node->out_sent = 0;
-        if (node->out_len + more <= node->out_cap) return true;
+bool out_reserve(rl_conn_t* conn, size_t more) {
+    if (conn->out_sent > 0 && conn->out_sent == conn->out_len) conn->out_sent = conn->out_len = 0;
+    if (conn->out_len + more <= conn->out_cap) return true;
+    if (conn->out_sent > 0) {  // reclaim what was written before growing
+        ngx_memmove(conn->out, conn->out + conn->out_sent, conn->out_len - conn->out_sent);
+        conn->out_len -= conn->out_sent;
+        conn->out_sent = 0;
+        if (conn->out_len + more <= conn->out_cap) return true;
     }
-    size_t cap = node->out_cap ? node->out_cap : 16384;
-    while (cap < node->out_len + more) cap *= 2;
-    auto* buf = static_cast<u_char*>(ngx_alloc(cap, node->redis->log));
+    size_t cap = conn->out_cap ? conn->out_cap : 16384;
+    while (cap < conn->out_len + more) cap *= 2;
+    auto* buf = static_cast<u_char*>(ngx_alloc(cap, conn->shared->log));
     if (buf == nullptr) return false;
-    if (node->out_len) ngx_memcpy(buf, node->out, node->out_len);
-    ngx_free(node->out);
-    node->out = buf;
-    node->out_cap = cap;
+    if (conn->out_len) ngx_memcpy(buf, conn->out, conn->out_len);
+    ngx_free(conn->out);
+    conn->out = buf;
+    conn->out_cap = cap;
     return true;
 }
 
-void schedule_flush(rl_redis_node_t* node) {
-    if (node->state == RL_CONN_READY && !node->flush.posted) {
-        ngx_post_event(&node->flush, &ngx_posted_events);
-    }
+ngx_msec_t dead_after(const rl_conn_t* conn) {
+    return conn->shared->timeout > kDeadAfter ? conn->shared->timeout : kDeadAfter;
 }
 
-rl_redis_op_t* enqueue(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_redis_done_pt done, void* data,
-                       uintptr_t tag, ngx_uint_t weight) {
-    rl_redis_op_t* op = op_alloc(node->redis);
-    if (op == nullptr || !out_reserve(node, len)) {
-        if (op) op_free(node->redis, op);
+void arm_watchdog(rl_conn_t* conn) {
+    if (conn->state == RL_CONN_READY && !conn->watchdog.timer_set) ngx_add_timer(&conn->watchdog, dead_after(conn));
+}
+
+rl_conn_op_t* enqueue(rl_conn_t* conn, const u_char* cmd, size_t len, rl_conn_reply_pt done, void* data,
+                      uintptr_t tag, ngx_uint_t weight) {
+    rl_conn_op_t* op = op_alloc(conn->shared);
+    if (op == nullptr || !out_reserve(conn, len)) {
+        if (op) op_free(conn->shared, op);
         return nullptr;
     }
-    if (len > 0) ngx_memcpy(node->out + node->out_len, cmd, len);
-    node->out_len += len;
+    if (len > 0) ngx_memcpy(conn->out + conn->out_len, cmd, len);
+    conn->out_len += len;
     op->done = done;
     op->data = data;
     op->tag = tag;
-    op->node = node;
+    op->conn = conn;
     op->weight = weight;
-    ngx_queue_insert_tail(&node->inflight, &op->queue);
-    node->ninflight += weight;
-    schedule_flush(node);
+    op->queued_at = ngx_current_msec;
+    ngx_queue_insert_tail(&conn->inflight, &op->queue);
+    conn->ninflight += weight;
+    arm_watchdog(conn);
+    rl_conn_schedule_flush(conn);
     return op;
 }
 
-void handshake_done(rl_redis_op_t* op, redisReply* reply) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(op->data);
-    if (node == nullptr || reply == nullptr) return;  // the connection failed: node_fail handles it
-    node->handshake--;
-    if (reply->type == REDIS_REPLY_ERROR) {
-        // The reply names the problem (WRONGPASS, NOAUTH, ERR DB index...), never the password.
-        rl_redis_error(node->redis, "ratelimit redis \"%V\" at %V: handshake failed: %*s", &node->redis->name,
-                       &node->addr.name, static_cast<size_t>(reply->len), reply->str);
-        node_fail(node, nullptr);
+void handshake_done(rl_conn_op_t* op, redisReply* reply) noexcept {
+    auto* conn = static_cast<rl_conn_t*>(op->data);
+    if (reply == nullptr) return;  // the connection failed: conn_fail handles it
+    conn->handshake--;
+    if (!conn->shared->handshake_reply(conn, op->tag, reply)) {
+        conn_fail(conn, 0, nullptr);  // the owner said why
         return;
     }
-    if (node->handshake == 0) node->backoff = kBackoffMin;  // a healthy connection again
+    if (conn->handshake == 0) {
+        conn->backoff = kBackoffMin;  // a healthy connection again
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: handshake done",
+                       &conn->shared->name, &conn->addr.name);
+        rl_conn_schedule_flush(conn);  // what waited for it goes out now
+    }
 }
 
-void script_loaded(rl_redis_op_t* op, redisReply* reply) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(op->data);
-    node->reloading = 0;
-    if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) {
-        rl_redis_error(node->redis, "ratelimit redis \"%V\" at %V: SCRIPT LOAD failed: %*s", &node->redis->name,
-                       &node->addr.name, static_cast<size_t>(reply->len), reply->str);
+// Writes buf[*sent, len) as far as the socket takes it; false if the connection failed.
+bool write_some(rl_conn_t* conn, const u_char* buf, size_t* sent, size_t len) {
+    ngx_connection_t* c = conn->c;
+    while (*sent < len) {
+        ssize_t n = c->send(c, const_cast<u_char*>(buf) + *sent, len - *sent);
+        if (n == NGX_AGAIN) break;
+        if (n == NGX_ERROR || n <= 0) {
+            conn_fail(conn, ngx_socket_errno, "write failed");
+            return false;
+        }
+        *sent += static_cast<size_t>(n);
     }
+    return true;
 }
 
 void on_flush(ngx_event_t* ev) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(ev->data);
-    if (node->state != RL_CONN_READY || node->c == nullptr) return;
-    node->flushing = 1;  // what the batches add to the buffer is written just below
-    rl_redis_flush_queued(node);  // may fail the node
-    node->flushing = 0;
-    if (node->c == nullptr) return;
-    ngx_connection_t* c = node->c;
-    while (node->out_sent < node->out_len) {
-        ssize_t n = c->send(c, node->out + node->out_sent, node->out_len - node->out_sent);
-        if (n == NGX_AGAIN) break;
-        if (n == NGX_ERROR || n <= 0) {
-            node_fail(node, "write failed");
-            return;
-        }
-        node->out_sent += static_cast<size_t>(n);
+    auto* conn = static_cast<rl_conn_t*>(ev->data);
+    if (conn->state != RL_CONN_READY || conn->c == nullptr) return;
+    rl_conn_shared_t* shared = conn->shared;
+    // The handshake goes first and alone; the rest once it is answered. A server that does not
+    // answer (stalled, or the path to it dead) is then never sent checks that it could run
+    // late, after their requests were answered with on_error.
+    if (!write_some(conn, shared->handshake, &conn->handshake_sent, shared->handshake_len)) return;
+    if (conn->handshake == 0) {
+        conn->flushing = 1;  // what the owner adds now is written just below
+        shared->fill(conn);
+        conn->flushing = 0;
+        if (conn->c == nullptr) return;
+        size_t before = conn->out_sent;
+        if (!write_some(conn, conn->out, &conn->out_sent, conn->out_len)) return;
+        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, shared->log, 0, "ratelimit redis \"%V\" at %V: sent %uz bytes, %uz left",
+                       &shared->name, &conn->addr.name, conn->out_sent - before, conn->out_len - conn->out_sent);
+        if (conn->out_sent == conn->out_len) conn->out_sent = conn->out_len = 0;
     }
-    if (node->out_sent == node->out_len) node->out_sent = node->out_len = 0;
-    if (ngx_handle_write_event(c->write, 0) != NGX_OK) node_fail(node, "write event failed");
+    if (ngx_handle_write_event(conn->c->write, 0) != NGX_OK) conn_fail(conn, 0, "write event failed");
 }
 
 void on_write(ngx_event_t* wev) noexcept {
     auto* c = static_cast<ngx_connection_t*>(wev->data);
-    auto* node = static_cast<rl_redis_node_t*>(c->data);
-    if (node->state == RL_CONN_CONNECTING) {
+    auto* conn = static_cast<rl_conn_t*>(c->data);
+    if (conn->state == RL_CONN_CONNECTING) {
         if (wev->timedout) {
-            node_fail(node, "connect timed out");
+            conn_fail(conn, NGX_ETIMEDOUT, "connect timed out");
             return;
         }
         if (wev->timer_set) {
@@ -226,106 +259,216 @@ void on_write(ngx_event_t* wev) noexcept {
         socklen_t len = sizeof(err);
         if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, reinterpret_cast<char*>(&err), &len) == -1) err = ngx_socket_errno;
         if (err) {
-            node_fail(node, strerror(err));
+            conn_fail(conn, err, "connect failed");
             return;
         }
-        node->state = RL_CONN_READY;
+        conn->state = RL_CONN_READY;
+        conn->ready_at = ngx_current_msec;
+        arm_watchdog(conn);
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: connected",
+                       &conn->shared->name, &conn->addr.name);
     }
-    on_flush(&node->flush);
+    on_flush(&conn->flush);
+}
+
+// Hands each complete reply to its op. False if the connection failed meanwhile.
+bool take_replies(rl_conn_t* conn, ngx_connection_t* c) {
+    for (;;) {
+        void* obj = nullptr;
+        if (redisReaderGetReply(conn->reader, &obj) != REDIS_OK) {
+            if (conn->too_large) {
+                conn_fail(conn, 0, "protocol error: reply too large");
+            } else {
+                char text[rl::kLogTextCap];
+                size_t n = rl::log_text(conn->reader->errstr, ngx_strlen(conn->reader->errstr), text, sizeof(text));
+                u_char why[sizeof(text) + 32];
+                *ngx_snprintf(why, sizeof(why) - 1, "protocol error: %*s", n, text) = '\0';
+                conn_fail(conn, 0, reinterpret_cast<char*>(why));
+            }
+            return false;
+        }
+        if (obj == nullptr) break;
+        auto* reply = static_cast<redisReply*>(obj);
+        if (ngx_queue_empty(&conn->inflight)) {
+            conn_fail(conn, 0, "protocol error: a reply nothing was asked for");
+            return false;
+        }
+        ngx_queue_t* q = ngx_queue_head(&conn->inflight);
+        ngx_queue_remove(q);
+        auto* op = ngx_queue_data(q, rl_conn_op_t, queue);
+        conn->ninflight -= op->weight;
+        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: reply type %d%s",
+                       &conn->shared->name, &conn->addr.name, reply->type, op->data ? "" : " (abandoned)");
+        if (op->data != nullptr) op->done(op, reply);
+        op_free(conn->shared, op);
+        if (conn->c != c) return false;  // the handshake's check failed the connection
+        arena_reset(conn, false);
+    }
+    // What is left is one element still arriving: a server announcing a huge one is cut off
+    // here rather than buffered.
+    if (conn->reader->len - conn->reader->pos > kMaxPendingBytes) {
+        conn_fail(conn, 0, "protocol error: reply too large");
+        return false;
+    }
+    return true;
 }
 
 void on_read(ngx_event_t* rev) noexcept {
     auto* c = static_cast<ngx_connection_t*>(rev->data);
-    auto* node = static_cast<rl_redis_node_t*>(c->data);
-    rl_redis_t* redis = node->redis;
+    auto* conn = static_cast<rl_conn_t*>(c->data);
     u_char buf[kReadChunk];
+    // Until NGX_AGAIN: a close that comes with the last reply is seen now, not at the next send.
     for (;;) {
         ssize_t n = c->recv(c, buf, sizeof(buf));
         if (n == NGX_AGAIN) break;
-        if (n == 0 || n == NGX_ERROR) {
-            node_fail(node, n == 0 ? "connection closed by Redis" : "read failed");
+        if (n == 0) {
+            conn_fail(conn, 0, "connection closed by Redis");
             return;
         }
-        if (redisReaderFeed(node->reader, reinterpret_cast<const char*>(buf), static_cast<size_t>(n)) != REDIS_OK) {
-            node_fail(node, "out of memory");
+        if (n == NGX_ERROR) {
+            conn_fail(conn, ngx_socket_errno, "read failed");
             return;
         }
-        for (;;) {
-            void* obj = nullptr;
-            if (redisReaderGetReply(node->reader, &obj) != REDIS_OK) {
-                node_fail(node, "protocol error");
-                return;
-            }
-            if (obj == nullptr) break;
-            auto* reply = static_cast<redisReply*>(obj);
-            if (ngx_queue_empty(&node->inflight)) {
-                node_fail(node, "unexpected reply");
-                return;
-            }
-            ngx_queue_t* q = ngx_queue_head(&node->inflight);
-            ngx_queue_remove(q);
-            auto* op = ngx_queue_data(q, rl_redis_op_t, queue);
-            node->ninflight -= op->weight;
-            if (op->data != nullptr) op->done(op, reply);
-            op_free(redis, op);
-            if (node->c != c) return;  // the handler failed the connection
-            arena_reset(reinterpret_cast<rl_arena_chunk_t**>(&node->arena), false);
+        if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(buf), static_cast<size_t>(n)) != REDIS_OK) {
+            conn_fail(conn, 0, "out of memory");
+            return;
         }
-        if (static_cast<size_t>(n) < sizeof(buf)) break;
+        if (!take_replies(conn, c)) return;
     }
-    if (ngx_handle_read_event(rev, 0) != NGX_OK) node_fail(node, "read event failed");
+    if (ngx_handle_read_event(rev, 0) != NGX_OK) conn_fail(conn, 0, "read event failed");
 }
 
 void on_retry(ngx_event_t* ev) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(ev->data);
-    node->state = RL_CONN_DOWN;
-    rl_redis_node_connect(node);
+    auto* conn = static_cast<rl_conn_t*>(ev->data);
+    conn->state = RL_CONN_DOWN;
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: reconnecting",
+                   &conn->shared->name, &conn->addr.name);
+    rl_conn_usable(conn);
 }
 
-void node_fail(rl_redis_node_t* node, const char* why) noexcept {
+// The oldest command has waited past its request's timeout and past kDeadAfter: the server,
+// or the path to it, is stuck, and a new connection may well work. Not at the timeout itself:
+// a Redis that stalls for a moment (a fork, a slow command) still delivers its late replies,
+// which refund what it admitted for requests already answered with on_error, and all the
+// workers do not reconnect at once.
+void on_watchdog(ngx_event_t* ev) noexcept {
+    auto* conn = static_cast<rl_conn_t*>(ev->data);
+    if (conn->state != RL_CONN_READY || ngx_queue_empty(&conn->inflight)) return;
+    auto* op = ngx_queue_data(ngx_queue_head(&conn->inflight), rl_conn_op_t, queue);
+    ngx_msec_t since = static_cast<ngx_msec_int_t>(op->queued_at - conn->ready_at) > 0 ? op->queued_at : conn->ready_at;
+    auto waited = static_cast<ngx_msec_int_t>(ngx_current_msec - since);
+    auto limit = static_cast<ngx_msec_int_t>(dead_after(conn));
+    if (waited < limit) {
+        ngx_add_timer(ev, static_cast<ngx_msec_t>(limit - waited));
+        return;
+    }
+    u_char why[64];
+    *ngx_snprintf(why, sizeof(why) - 1, "timed out: no reply for %M ms", static_cast<ngx_msec_t>(waited)) = '\0';
+    conn_fail(conn, 0, reinterpret_cast<char*>(why));
+}
+
+void conn_fail(rl_conn_t* conn, ngx_err_t err, const char* why) noexcept {
+    rl_conn_shared_t* shared = conn->shared;
     if (why != nullptr) {
-        rl_redis_error(node->redis, "ratelimit redis \"%V\" at %V: %s", &node->redis->name, &node->addr.name, why);
+        rl_redis_log_error(shared, err, "ratelimit redis \"%V\" at %V: %s", &shared->name, &conn->addr.name, why);
     }
-    if (node->c != nullptr) {
-        ngx_close_connection(node->c);
-        node->c = nullptr;
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, shared->log, 0, "ratelimit redis \"%V\" at %V: connection closed",
+                   &shared->name, &conn->addr.name);
+    if (conn->c != nullptr) {
+        ngx_close_connection(conn->c);
+        conn->c = nullptr;
     }
-    if (node->reader != nullptr) {
-        redisReaderFree(node->reader);
-        node->reader = nullptr;
+    if (conn->reader != nullptr) {
+        redisReaderFree(conn->reader);
+        conn->reader = nullptr;
     }
-    arena_reset(reinterpret_cast<rl_arena_chunk_t**>(&node->arena), true);
-    if (node->flush.posted) {
-        ngx_delete_posted_event(&node->flush);
+    arena_reset(conn, true);
+    if (conn->flush.posted) {
+        ngx_delete_posted_event(&conn->flush);
     }
-    node->out_len = node->out_sent = 0;
-    node->handshake = 0;
-    node->reloading = 0;
-    node->flushing = 0;
-    node->state = RL_CONN_BACKOFF;
+    if (conn->watchdog.timer_set) {
+        ngx_del_timer(&conn->watchdog);
+    }
+    conn->out_len = conn->out_sent = 0;
+    conn->handshake = 0;
+    conn->flushing = 0;
+    conn->too_large = 0;
+    conn->state = RL_CONN_BACKOFF;  // so that nothing the ops' owners do now is taken
     // Fail what was in flight: each owner applies on_error now rather than at its timeout.
-    while (!ngx_queue_empty(&node->inflight)) {
-        ngx_queue_t* q = ngx_queue_head(&node->inflight);
+    while (!ngx_queue_empty(&conn->inflight)) {
+        ngx_queue_t* q = ngx_queue_head(&conn->inflight);
         ngx_queue_remove(q);
-        auto* op = ngx_queue_data(q, rl_redis_op_t, queue);
+        auto* op = ngx_queue_data(q, rl_conn_op_t, queue);
         if (op->data != nullptr) op->done(op, nullptr);
-        op_free(node->redis, op);
+        op_free(shared, op);
     }
-    node->ninflight = 0;
-    rl_redis_fail_queued(node);
-    rl_cluster_node_failed(node);
+    conn->ninflight = 0;
+    shared->failed(conn);
     if (!ngx_exiting && !ngx_quit && !ngx_terminate) {
-        ngx_add_timer(&node->retry, node->backoff);
-        node->backoff = node->backoff * 2 > kBackoffMax ? kBackoffMax : node->backoff * 2;
+        ngx_add_timer(&conn->retry, conn->backoff);
+        conn->backoff = conn->backoff * 2 > kBackoffMax ? kBackoffMax : conn->backoff * 2;
+    }
+}
+
+void conn_open(rl_conn_t* conn) {
+    rl_conn_shared_t* shared = conn->shared;
+    conn->reader = redisReaderCreateWithFunctions(&kArenaReplies);
+    if (conn->reader == nullptr) {
+        conn_fail(conn, 0, "out of memory");
+        return;
+    }
+    conn->reader->privdata = conn;
+    ngx_memzero(&conn->peer, sizeof(conn->peer));
+    conn->peer.sockaddr = conn->addr.sockaddr;
+    conn->peer.socklen = conn->addr.socklen;
+    conn->peer.name = &conn->addr.name;
+    conn->peer.get = ngx_event_get_peer;
+    conn->peer.log = &conn->log;
+    conn->peer.log_error = NGX_ERROR_ERR;
+    ngx_int_t rc = ngx_event_connect_peer(&conn->peer);
+    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED || conn->peer.connection == nullptr) {
+        ngx_err_t err = ngx_socket_errno;
+        conn->peer.connection = nullptr;
+        conn_fail(conn, rc == NGX_DECLINED ? err : 0, "connect failed");
+        return;
+    }
+    ngx_connection_t* c = conn->peer.connection;
+    conn->c = c;
+    c->data = conn;
+    c->log = shared->log;
+    c->read->log = shared->log;
+    c->write->log = shared->log;
+    c->read->handler = on_read;
+    c->write->handler = on_write;
+    c->pool = nullptr;
+    c->log_error = NGX_ERROR_INFO;  // resets and refusals are reported by conn_fail, rate limited
+    conn->state = rc == NGX_AGAIN ? RL_CONN_CONNECTING : RL_CONN_READY;
+    conn->ready_at = ngx_current_msec;
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, shared->log, 0, "ratelimit redis \"%V\" at %V: connecting (%i)",
+                   &shared->name, &conn->addr.name, rc);
+
+    // The handshake leads the pipeline: whatever is queued after it runs authenticated, on
+    // the right database, with the script loaded. Its bytes are shared->handshake (see on_flush);
+    // one op per reply.
+    conn->handshake = shared->handshake_replies;
+    conn->handshake_sent = 0;
+    for (ngx_uint_t i = 0; i < shared->handshake_replies; i++) {
+        if (enqueue(conn, nullptr, 0, handshake_done, conn, i, 1) == nullptr) {
+            conn_fail(conn, 0, "out of memory");
+            return;
+        }
+    }
+    if (rc == NGX_AGAIN) {
+        ngx_add_timer(c->write, shared->connect_timeout);
     }
 }
 
 }  // namespace
 
-void rl_redis_error(rl_redis_t* redis, const char* fmt, ...) noexcept {
+void rl_redis_log_error(rl_conn_shared_t* shared, ngx_err_t err, const char* fmt, ...) noexcept {
     time_t now = ngx_time();
-    if (redis->error_logged == now) {
-        redis->errors_suppressed++;
+    if (shared->error_logged == now) {
+        shared->errors_suppressed++;
         return;
     }
     u_char msg[NGX_MAX_ERROR_STR];
@@ -333,118 +476,63 @@ void rl_redis_error(rl_redis_t* redis, const char* fmt, ...) noexcept {
     va_start(args, fmt);
     u_char* p = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
     va_end(args);
-    if (redis->errors_suppressed) {
-        p = ngx_slprintf(p, msg + sizeof(msg), " (%ui more errors in the last second)", redis->errors_suppressed);
+    if (shared->errors_suppressed) {
+        p = ngx_slprintf(p, msg + sizeof(msg), " (%ui more errors in the last second)", shared->errors_suppressed);
     }
-    ngx_log_error(NGX_LOG_ERR, redis->log, 0, "%*s", static_cast<size_t>(p - msg), msg);
-    redis->error_logged = now;
-    redis->errors_suppressed = 0;
+    ngx_log_error(NGX_LOG_ERR, shared->log, err, "%*s", static_cast<size_t>(p - msg), msg);
+    shared->error_logged = now;
+    shared->errors_suppressed = 0;
 }
 
-rl_redis_node_t* rl_redis_node_create(rl_redis_t* redis, const ngx_addr_t& addr) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(ngx_calloc(sizeof(rl_redis_node_t), redis->log));
-    if (node == nullptr) return nullptr;
-    node->redis = redis;
-    node->addr = addr;
-    node->state = RL_CONN_DOWN;
-    node->backoff = kBackoffMin;
-    ngx_queue_init(&node->inflight);
-    ngx_queue_init(&node->queued);
-    node->retry.handler = on_retry;
-    node->retry.data = node;
-    node->retry.log = redis->log;
-    node->retry.cancelable = 1;  // never keeps a worker from exiting
-    node->flush.handler = on_flush;
-    node->flush.data = node;
-    node->flush.log = redis->log;
+void rl_conn_init(rl_conn_t* conn, rl_conn_shared_t* shared, const ngx_addr_t& addr, void* data) noexcept {
+    conn->shared = shared;
+    conn->data = data;
+    conn->addr = addr;
+    conn->state = RL_CONN_DOWN;
+    conn->backoff = kBackoffMin;
+    ngx_queue_init(&conn->inflight);
+    ngx_event_t* events[] = {&conn->retry, &conn->flush, &conn->watchdog};
+    ngx_event_handler_pt handlers[] = {on_retry, on_flush, on_watchdog};
+    for (size_t i = 0; i < 3; i++) {
+        events[i]->handler = handlers[i];
+        events[i]->data = conn;
+        events[i]->log = shared->log;
+        events[i]->cancelable = 1;  // never keeps a worker from exiting
+    }
     // nginx logs a refused connect at "error" on every attempt: ours are reported once a second.
-    node->log = *redis->log;
-    node->log.log_level = NGX_LOG_CRIT;
-    return node;
+    conn->log = *shared->log;
+    conn->log.log_level = NGX_LOG_CRIT;
 }
 
-void rl_redis_node_connect(rl_redis_node_t* node) noexcept {
-    if (node->state != RL_CONN_DOWN) return;
-    rl_redis_t* redis = node->redis;
-    node->reader = redisReaderCreateWithFunctions(&kArenaReplies);
-    if (node->reader == nullptr) {
-        node_fail(node, "out of memory");
-        return;
-    }
-    node->reader->privdata = &node->arena;
-    ngx_memzero(&node->peer, sizeof(node->peer));
-    node->peer.sockaddr = node->addr.sockaddr;
-    node->peer.socklen = node->addr.socklen;
-    node->peer.name = &node->addr.name;
-    node->peer.get = ngx_event_get_peer;
-    node->peer.log = &node->log;
-    node->peer.log_error = NGX_ERROR_ERR;
-    ngx_int_t rc = ngx_event_connect_peer(&node->peer);
-    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED || node->peer.connection == nullptr) {
-        node->peer.connection = nullptr;
-        node_fail(node, "connect failed");
-        return;
-    }
-    ngx_connection_t* c = node->peer.connection;
-    node->c = c;
-    c->data = node;
-    c->log = redis->log;
-    c->read->log = redis->log;
-    c->write->log = redis->log;
-    c->read->handler = on_read;
-    c->write->handler = on_write;
-    c->pool = nullptr;
-    c->log_error = NGX_ERROR_INFO;  // resets and refusals are reported by node_fail, rate limited
-    node->state = rc == NGX_AGAIN ? RL_CONN_CONNECTING : RL_CONN_READY;
+bool rl_conn_usable(rl_conn_t* conn) noexcept {
+    if (conn->state == RL_CONN_DOWN) conn_open(conn);
+    return conn->state == RL_CONN_CONNECTING || conn->state == RL_CONN_READY;
+}
 
-    // The handshake leads the pipeline: whatever is queued after it runs authenticated, on
-    // the right database, with the script loaded.
-    node->handshake = redis->handshake_replies;
-    const u_char* p = redis->handshake;
-    for (ngx_uint_t i = 0; i < redis->handshake_replies; i++) {
-        if (enqueue(node, i == 0 ? p : nullptr, i == 0 ? redis->handshake_len : 0, handshake_done, node, i, 1) ==
-            nullptr) {
-            node_fail(node, "out of memory");
-            return;
-        }
-    }
-    if (rc == NGX_AGAIN) {
-        ngx_add_timer(c->write, redis->connect_timeout);
+rl_conn_op_t* rl_conn_send(rl_conn_t* conn, const u_char* cmd, size_t len, rl_conn_reply_pt done, void* data,
+                           uintptr_t tag, ngx_uint_t weight) noexcept {
+    if (!rl_conn_usable(conn)) return nullptr;
+    return enqueue(conn, cmd, len, done, data, tag, weight);
+}
+
+void rl_conn_schedule_flush(rl_conn_t* conn) noexcept {
+    if (conn->state == RL_CONN_READY && !conn->flush.posted && !conn->flushing) {
+        ngx_post_event(&conn->flush, &ngx_posted_events);
     }
 }
 
-void rl_redis_reload_script(rl_redis_node_t* node) noexcept {
-    if (node->reloading || node->state == RL_CONN_BACKOFF || node->state == RL_CONN_DOWN) return;
-    rl_redis_t* redis = node->redis;
-    if (enqueue(node, redis->script_load, redis->script_load_len, script_loaded, node, 0, 1) != nullptr) {
-        node->reloading = 1;
+void rl_conn_close(rl_conn_t* conn) noexcept {
+    if (conn->retry.timer_set) {
+        ngx_del_timer(&conn->retry);
     }
-}
-
-void rl_redis_node_close(rl_redis_node_t* node) noexcept {
-    if (node->retry.timer_set) {
-        ngx_del_timer(&node->retry);
+    if (conn->watchdog.timer_set) {
+        ngx_del_timer(&conn->watchdog);
     }
-    if (node->c == nullptr) return;
-    ngx_close_connection(node->c);
-    node->c = nullptr;
-    node->state = RL_CONN_DOWN;
-}
-
-void rl_redis_schedule_flush(rl_redis_node_t* node) noexcept {
-    if (node->state == RL_CONN_READY && !node->flush.posted && !node->flushing) {
-        ngx_post_event(&node->flush, &ngx_posted_events);
+    if (conn->flush.posted) {
+        ngx_delete_posted_event(&conn->flush);
     }
-}
-
-bool rl_redis_can_send(rl_redis_node_t* node, ngx_uint_t more) noexcept {
-    if (node->state == RL_CONN_DOWN) rl_redis_node_connect(node);
-    if (node->state == RL_CONN_BACKOFF || node->state == RL_CONN_DOWN) return false;
-    return node->ninflight + node->nqueued + more <= node->redis->max_pending + node->handshake;
-}
-
-rl_redis_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_redis_done_pt done, void* data,
-                             uintptr_t tag, ngx_uint_t weight) noexcept {
-    if (!rl_redis_can_send(node, weight)) return nullptr;
-    return enqueue(node, cmd, len, done, data, tag, weight);
+    if (conn->c == nullptr) return;
+    ngx_close_connection(conn->c);
+    conn->c = nullptr;
+    conn->state = RL_CONN_DOWN;
 }

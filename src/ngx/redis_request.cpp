@@ -5,6 +5,7 @@
 // requests' results; refunds when a request is rejected after all.
 #include "ratelimit.h"
 
+#include "core/log_text.h"
 #include "core/redis_command.h"
 #include "core/redis_keys.h"
 #include "redis_cluster.h"
@@ -45,13 +46,46 @@ rl::RedisCheck* checks_of(rl_call_t* call, ngx_pool_t* pool) {
     return checks;
 }
 
+rl_redis_node_t* node_of(rl_conn_op_t* op) { return static_cast<rl_redis_node_t*>(op->conn->data); }
+
+// Whether a node takes `more` calls now: its connection is up or coming up, and what it has
+// in flight and queued stays within max_pending (the handshake's replies aside).
+bool can_take(rl_redis_node_t* node, ngx_uint_t more) {
+    if (!rl_conn_usable(&node->conn)) return false;
+    rl_redis_t* redis = node->redis;
+    if (node->conn.ninflight + node->nqueued + more <= redis->max_pending + node->conn.handshake) return true;
+    rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: max_pending (%ui) reached, on_error applies",
+                       &redis->name, &node->conn.addr.name, redis->max_pending);
+    return false;
+}
+
+rl_conn_op_t* send_command(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_conn_reply_pt done, void* data,
+                           ngx_uint_t weight) {
+    if (!can_take(node, weight)) return nullptr;
+    return rl_conn_send(&node->conn, cmd, len, done, data, 0, weight);
+}
+
+// Logs an error reply, or a reply of a type nothing expects, with Redis's bytes made safe.
+void log_reply(rl_redis_t* redis, rl_redis_node_t* node, const char* what, const redisReply* reply) {
+    char text[rl::kLogTextCap];
+    size_t n = 0;
+    if (reply != nullptr && (reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STRING ||
+                             reply->type == REDIS_REPLY_STATUS)) {
+        n = rl::log_text(reply->str, reply->len, text, sizeof(text));
+    }
+    rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: %s: %s%*s", &redis->name,
+                       &node->conn.addr.name, what,
+                       reply == nullptr ? "no reply" : reply->type == REDIS_REPLY_ERROR ? "error reply " : "reply ", n,
+                       text);
+}
+
 // Scratch memory of a ratelimit_redis for building commands and decoding replies: reused, so
 // the request path does not allocate per batch.
 void* scratch(rl_redis_t* redis, size_t bytes) {
     if (bytes > redis->scratch_size) {
         size_t size = redis->scratch_size ? redis->scratch_size : 4096;
         while (size < bytes) size *= 2;
-        void* mem = ngx_alloc(size, redis->log);
+        void* mem = ngx_alloc(size, redis->conn.log);
         if (mem == nullptr) return nullptr;
         ngx_free(redis->scratch);
         redis->scratch = mem;
@@ -66,7 +100,7 @@ rl_batch_t* batch_alloc(rl_redis_t* redis) {
         ngx_queue_remove(q);
         return ngx_queue_data(q, rl_batch_t, link);
     }
-    return static_cast<rl_batch_t*>(ngx_alloc(sizeof(rl_batch_t), redis->log));
+    return static_cast<rl_batch_t*>(ngx_alloc(sizeof(rl_batch_t), redis->conn.log));
 }
 
 void batch_free(rl_batch_t* batch) {
@@ -93,7 +127,7 @@ void call_fails_now(rl_call_t* call) {
 // take it now (down, backing off, too much in flight): on_error applies at once.
 bool queue_call(rl_call_t* call, bool first) {
     rl_redis_node_t* node = call->node;
-    if (!rl_redis_can_send(node, node->nqueued + 1)) return false;
+    if (!can_take(node, 1)) return false;
     if (first) {
         ngx_queue_insert_head(&node->queued, &call->queue);
     } else {
@@ -101,25 +135,25 @@ bool queue_call(rl_call_t* call, bool first) {
     }
     node->nqueued++;
     call->batch = nullptr;
-    rl_redis_schedule_flush(node);
+    rl_conn_schedule_flush(&node->conn);
     return true;
 }
 
-void on_batch_reply(rl_redis_op_t* op, redisReply* reply) noexcept;
+void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
 
 // Sends calls[0..n) as one script run on `node`. Failed calls settle at once.
 void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n) {
     rl_redis_t* redis = node->redis;
-    rl::RedisGroup groups[kMaxGroups];
+    rl::RedisGroup groups[kMaxGroups] = {};
     for (ngx_uint_t i = 0; i < n; i++) groups[i] = rl::RedisGroup{calls[i]->rchecks, calls[i]->nchecks};
     std::string_view prefix = rl_sv(redis->prefix);
     size_t len = rl::batch_command_bound(prefix, groups, n);  // cheaper than measuring exactly
     auto* buf = static_cast<char*>(scratch(redis, len));
     rl_batch_t* batch = buf ? batch_alloc(redis) : nullptr;
-    rl_redis_op_t* op = nullptr;
+    rl_conn_op_t* op = nullptr;
     if (batch != nullptr) {
         len = rl::write_batch_command(buf, rl::CommandScript::evalsha, false, prefix, groups, n, 0);
-        op = rl_redis_send(node, reinterpret_cast<u_char*>(buf), len, on_batch_reply, batch, 0, n);
+        op = send_command(node, reinterpret_cast<u_char*>(buf), len, on_batch_reply, batch, n);
     }
     if (op == nullptr) {
         if (batch != nullptr) {
@@ -149,8 +183,8 @@ void retry_call(rl_call_t* call) {
 void send_asking(rl_call_t* call) {
     static const char kAsking[] = "*1\r\n$6\r\nASKING\r\n";
     if (++call->redirects > 5 ||
-        !rl_redis_send(call->node, reinterpret_cast<const u_char*>(kAsking), sizeof(kAsking) - 1,
-                       [](rl_redis_op_t*, redisReply*) noexcept {}, call->redis, 0)) {
+        !send_command(call->node, reinterpret_cast<const u_char*>(kAsking), sizeof(kAsking) - 1,
+                      [](rl_conn_op_t*, redisReply*) noexcept {}, call->redis, 1)) {
         call_fails_now(call);
         return;
     }
@@ -160,6 +194,22 @@ void send_asking(rl_call_t* call) {
 bool is_error(const redisReply* reply, const char* prefix) {
     size_t n = ngx_strlen(prefix);
     return reply->type == REDIS_REPLY_ERROR && reply->len >= n && ngx_strncmp(reply->str, prefix, n) == 0;
+}
+
+void script_loaded(rl_conn_op_t* op, redisReply* reply) noexcept {
+    rl_redis_node_t* node = node_of(op);
+    node->reloading = 0;
+    if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) log_reply(node->redis, node, "SCRIPT LOAD failed", reply);
+}
+
+// After a NOSCRIPT: SCRIPT LOAD, unless one is in flight already, so that the calls queued
+// after it find the script again.
+void reload_script(rl_redis_node_t* node) {
+    rl_redis_t* redis = node->redis;
+    if (node->reloading) return;
+    if (rl_conn_send(&node->conn, redis->script_load, redis->script_load_len, script_loaded, node, 0) != nullptr) {
+        node->reloading = 1;
+    }
 }
 
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n);
@@ -213,21 +263,23 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
     return true;
 }
 
-void on_batch_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
+void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     auto* batch = static_cast<rl_batch_t*>(op->data);
     rl_redis_t* redis = batch->redis;
-    rl_redis_node_t* node = op->node;
+    rl_redis_node_t* node = node_of(op);
     bool retry = false, ask = false;
     rl_redis_node_t* moved_to = nullptr;
 
     if (reply != nullptr && is_error(reply, "NOSCRIPT")) {
         // Redis restarted or its scripts were flushed: nothing ran. Load the script again and
         // queue the calls once more, ahead of the others.
-        rl_redis_reload_script(node);
+        reload_script(node);
         retry = true;
     } else if (reply != nullptr && redis->cluster && (is_error(reply, "MOVED ") || is_error(reply, "ASK "))) {
         moved_to = rl_cluster_redirect(redis, reply, &ask);
         retry = moved_to != nullptr;
+        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, redis->conn.log, 0, "ratelimit redis \"%V\" at %V: %*s",
+                       &redis->name, &node->conn.addr.name, static_cast<size_t>(reply->len), reply->str);
     } else if (reply != nullptr && redis->cluster && is_error(reply, "TRYAGAIN") && batch->n > 1) {
         // A slot in migration, with some of the batch's keys moved and some not: each request
         // on its own is on one side or the other (and gets its own ASK).
@@ -240,8 +292,7 @@ void on_batch_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
         return;
     } else if (reply != nullptr) {
         if (redis->cluster) rl_cluster_refresh_soon(redis);  // CLUSTERDOWN, TRYAGAIN...
-        rl_redis_error(redis, "ratelimit redis \"%V\" at %V: unexpected reply: %*s", &redis->name, &node->addr.name,
-                       reply->type == REDIS_REPLY_ERROR ? static_cast<size_t>(reply->len) : 0, reply->str);
+        log_reply(redis, node, "check failed", reply);
     }
 
     // Nothing of this batch ran: retry its live calls, or fail them. In reverse order, so
@@ -266,11 +317,9 @@ void on_batch_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
     batch_free(batch);
 }
 
-void on_refund_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
-    auto* redis = static_cast<rl_redis_t*>(op->data);
+void on_refund_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
-        rl_redis_error(redis, "ratelimit redis \"%V\": a refund failed: %*s", &redis->name,
-                       reply != nullptr ? static_cast<size_t>(reply->len) : 0, reply != nullptr ? reply->str : "");
+        log_reply(static_cast<rl_redis_t*>(op->data), node_of(op), "a refund failed", reply);
     }
 }
 
@@ -279,11 +328,11 @@ void on_refund_reply(rl_redis_op_t* op, redisReply* reply) noexcept {
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n) {
     std::string_view prefix = rl_sv(redis->prefix);
     size_t len = rl::refund_command_len(prefix, checks, n);
-    auto* buf = static_cast<char*>(ngx_alloc(len, redis->log));
+    auto* buf = static_cast<char*>(ngx_alloc(len, redis->conn.log));
     if (buf == nullptr) return;
     len = rl::write_refund_command(buf, prefix, checks, n);
-    if (rl_redis_send(node, reinterpret_cast<u_char*>(buf), len, on_refund_reply, redis, 0) == nullptr) {
-        rl_redis_error(redis, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
+    if (send_command(node, reinterpret_cast<u_char*>(buf), len, on_refund_reply, redis, 1) == nullptr) {
+        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
     }
     ngx_free(buf);
 }
@@ -293,7 +342,7 @@ void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck*
 void arm_late_refund(rl_call_t* call) {
     rl_batch_t* batch = call->batch;
     size_t bytes = sizeof(rl_late_t) + call->nchecks * sizeof(rl::RedisCheck);
-    auto* late = static_cast<rl_late_t*>(ngx_alloc(bytes, call->redis->log));
+    auto* late = static_cast<rl_late_t*>(ngx_alloc(bytes, call->redis->conn.log));
     if (late == nullptr) return;
     late->nchecks = call->nchecks;
     for (ngx_uint_t i = 0; i < call->nchecks; i++) late->checks[i] = call->rchecks[i];
@@ -327,7 +376,17 @@ rl_call_t* call_for(rl_ctx_t* ctx, const rl_result_t& res, uint16_t slot) {
 
 }  // namespace
 
-void rl_redis_flush_queued(rl_redis_node_t* node) noexcept {
+rl_redis_node_t* rl_redis_node_create(rl_redis_t* redis, const ngx_addr_t& addr) noexcept {
+    auto* node = static_cast<rl_redis_node_t*>(ngx_calloc(sizeof(rl_redis_node_t), redis->conn.log));
+    if (node == nullptr) return nullptr;
+    node->redis = redis;
+    ngx_queue_init(&node->queued);
+    rl_conn_init(&node->conn, &redis->conn, addr, node);
+    return node;
+}
+
+void rl_redis_fill(rl_conn_t* conn) noexcept {
+    auto* node = static_cast<rl_redis_node_t*>(conn->data);
     while (!ngx_queue_empty(&node->queued)) {
         // All the calls queued on the node in one run; in a cluster, those of one slot.
         rl_call_t* calls[kMaxGroups];
@@ -349,13 +408,16 @@ void rl_redis_flush_queued(rl_redis_node_t* node) noexcept {
     }
 }
 
-void rl_redis_fail_queued(rl_redis_node_t* node) noexcept {
+void rl_redis_failed(rl_conn_t* conn) noexcept {
+    auto* node = static_cast<rl_redis_node_t*>(conn->data);
+    node->reloading = 0;
     while (!ngx_queue_empty(&node->queued)) {
         ngx_queue_t* q = ngx_queue_head(&node->queued);
         ngx_queue_remove(q);
         node->nqueued--;
         call_fails_now(ngx_queue_data(q, rl_call_t, queue));
     }
+    rl_cluster_node_failed(node);
 }
 
 ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
@@ -422,6 +484,17 @@ void rl_redis_abandon(rl_ctx_t* ctx) noexcept {
         call_failed(call);
     }
     ctx->waiting = 0;
+}
+
+void rl_redis_timed_out(rl_ctx_t* ctx) noexcept {
+    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
+        rl_call_t* call = &ctx->calls[k];
+        if (call->state != RL_CALL_PENDING) continue;
+        rl_redis_t* redis = call->redis;
+        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: timed out: no reply within %M ms, on_error "
+                           "applies", &redis->name, &call->node->conn.addr.name, redis->timeout);
+    }
+    rl_redis_abandon(ctx);
 }
 
 void rl_redis_refund(rl_ctx_t* ctx) noexcept {
