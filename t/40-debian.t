@@ -107,6 +107,7 @@ sub restore {
 
 END {
     my $rc = $?;
+    alarm(0);    # the restore must run whole; its commands are bounded
     restore() if defined $before;
     $? = $rc;
 }
