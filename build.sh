@@ -7,6 +7,7 @@
 #   ./build.sh test-asan  run prove t/ against the sanitizer build
 #   ./build.sh bench      run tests/bench/run.sh, then tests/bench/instructions.sh (not tests)
 #   ./build.sh stop       stop the nginx started by run
+#   ./build.sh deb        build build/libnginx-mod-http-ratelimit_<version>_<arch>.deb, check it with lintian
 # NGINX_SRC=/path/to/nginx-source builds against that tree (configured --with-compat)
 # instead of Debian's nginx-dev.
 set -euo pipefail
@@ -118,6 +119,29 @@ asan_env() {
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$BUILD/asan/ubsan.log"
 }
 
+# dpkg-buildpackage in a copy of the tree (it writes debian/ and obj-*/ into its source); the
+# .deb and its build log (deb.log) go to build/; lintian fails the command on an error.
+do_deb() {
+    ensure_packages dpkg-dev:dpkg-buildpackage debhelper:dh lintian:lintian build-essential:/usr/share/build-essential/list \
+        nginx-dev:/usr/share/nginx/src/configure libhiredis-dev:/usr/include/hiredis/hiredis.h
+    local tmp
+    tmp=$(mktemp -d)
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" EXIT
+    mkdir -p "$tmp/src" "$BUILD"
+    tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude='./obj-*' -cf - . | tar -C "$tmp/src" -xf -
+    log "dpkg-buildpackage"
+    (cd "$tmp/src" && DEB_BUILD_OPTIONS="parallel=$JOBS" dpkg-buildpackage -b -us -uc >"$BUILD/deb.log" 2>&1) \
+        || { tail -40 "$BUILD/deb.log"; exit 1; }
+    rm -f "$BUILD"/libnginx-mod-http-ratelimit_*.deb
+    cp "$tmp"/libnginx-mod-http-ratelimit_*.deb "$BUILD/"
+    local deb
+    deb=$(ls "$BUILD"/libnginx-mod-http-ratelimit_*.deb)
+    log "lintian"
+    lintian --fail-on error "$deb"
+    log "built $deb"
+}
+
 do_run() {
     do_build
     local dir="$BUILD/run"
@@ -156,6 +180,7 @@ case "$cmd" in
     unit) unit_tests ;;
     prove) e2e_tests ;;
     asan) do_asan ;;
+    deb) do_deb ;;
     test-asan)
         do_asan
         rm -f "$BUILD"/asan/asan.log* "$BUILD"/asan/ubsan.log*
@@ -169,5 +194,5 @@ case "$cmd" in
         fi
         ;;
     bench) do_build; ensure_packages wrk:wrk valgrind:valgrind; "$ROOT/tests/bench/run.sh"; "$ROOT/tests/bench/instructions.sh" ;;
-    *) echo "usage: $0 [build|run|stop|test|unit|prove|asan|test-asan|bench]" >&2; exit 2 ;;
+    *) echo "usage: $0 [build|run|stop|test|unit|prove|asan|test-asan|bench|deb]" >&2; exit 2 ;;
 esac
