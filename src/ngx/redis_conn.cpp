@@ -235,7 +235,7 @@ void on_flush(ngx_event_t* ev) noexcept {
         shared->fill(conn);
         conn->flushing = 0;
         if (conn->c == nullptr) return;
-        size_t before = conn->out_sent;
+        [[maybe_unused]] size_t before = conn->out_sent;  // for the debug log only
         if (!write_some(conn, conn->out, &conn->out_sent, conn->out_len)) return;
         ngx_log_debug4(NGX_LOG_DEBUG_HTTP, shared->log, 0, "ratelimit redis \"%V\" at %V: sent %uz bytes, %uz left",
                        &shared->name, &conn->addr.name, conn->out_sent - before, conn->out_len - conn->out_sent);
