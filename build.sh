@@ -2,14 +2,18 @@
 # Builds ngx_http_ratelimit_module and runs it or its tests.
 #   ./build.sh            build build/ngx_http_ratelimit_module.so (same as ./build.sh build)
 #   ./build.sh run        build, start nginx on 127.0.0.1:8080 with examples/quickstart.conf
-#   ./build.sh test       build, run the GoogleTest suite, then prove t/
+#   ./build.sh test       build, run the GoogleTest suite, prove t/, then test-upstream if
+#                         ../shared/nginx/nginx-*.tar.gz exists
+#   ./build.sh test-upstream [t/NN-x.t ...]  build that upstream nginx --with-compat and the
+#                         module against it (nginx's default flags, -Werror) in build/upstream/,
+#                         then prove t/ (or the files given) with them
 #   ./build.sh asan       build build/asan/ngx_http_ratelimit_module.so with ASan+UBSan
 #   ./build.sh test-asan  run prove t/ against the sanitizer build
 #   ./build.sh bench      run tests/bench/run.sh, then tests/bench/instructions.sh (not tests)
 #   ./build.sh stop       stop the nginx started by run
 #   ./build.sh deb        build build/libnginx-mod-http-ratelimit_<version>_<arch>.deb, check it with lintian
-# NGINX_SRC=/path/to/nginx-source builds against that tree (configured --with-compat)
-# instead of Debian's nginx-dev.
+# NGINX_SRC=/path/to/nginx-source builds against that tree (configured --with-compat, with
+# nginx's default compiler flags) instead of Debian's nginx-dev.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -51,7 +55,27 @@ test_deps() {
         perl:prove curl:curl
 }
 
-# Configures (once per source tree and flags) and builds the module into $1 with extra cc opts $2.
+# Configures the nginx tree $1 with objects in $2 (once per tree, arguments and module
+# sources), then runs make target $3 ('' for nginx and the module). The rest are configure's
+# arguments. CFLAGS is unset: when set, configure drops nginx's own -W -Wall -Werror.
+configure_make() {
+    local src=$1 objs=$2 target=$3
+    shift 3
+    local stamp="$objs/.configured"
+    local want="$src $* $(cd "$ROOT" && cat config config.make && ls src/*/*.cpp src/*/*.h)"
+    if [[ ! -f $stamp || $(cat "$stamp") != "$want" || ! -f $objs/Makefile ]]; then
+        log "configuring $src"
+        mkdir -p "$objs"
+        (cd "$src" && env -u CFLAGS ./configure "$@" --builddir="$objs" \
+            --add-dynamic-module="$ROOT" >"$objs/configure.log" 2>&1) \
+            || { tail -30 "$objs/configure.log"; exit 1; }
+        printf '%s' "$want" >"$stamp"
+    fi
+    (cd "$src" && make -s -j"$JOBS" -f "$objs/Makefile" ${target:+"$target"})
+}
+
+# Builds the module into $1 with extra cc opts $2: against Debian's nginx-dev with Debian's
+# configure flags, or against $NGINX_SRC --with-compat with nginx's default compiler flags.
 build_module() {
     local out=$1 extra_cc=${2:-}
     local src=${NGINX_SRC:-}
@@ -64,30 +88,52 @@ build_module() {
         fi
         # shellcheck disable=SC1091
         source /usr/share/nginx/src/conf_flags
-        flags=("${NGX_CONF_FLAGS[@]}")
+        flags=("${NGX_CONF_FLAGS[@]}" --with-compat --with-cc-opt="-g -O2 -fPIC $extra_cc")
     else
         src=$(cd "$src" && pwd)
         flags=(--with-compat)
+        [[ -z $extra_cc ]] || flags+=(--with-cc-opt="$extra_cc")
     fi
-    local objs="$out/objs"
-    local cc_opt="-g -O2 -fPIC $extra_cc"
-    local stamp="$objs/.configured"
-    local want="$src ${flags[*]} $cc_opt $(cd "$ROOT" && cat config && ls src/*/*.cpp src/*/*.h)"
-    if [[ ! -f $stamp || $(cat "$stamp") != "$want" || ! -f $objs/Makefile ]]; then
-        log "configuring against $src"
-        mkdir -p "$out"
-        (cd "$src" && ./configure "${flags[@]}" --with-compat --builddir="$objs" \
-            --with-cc-opt="$cc_opt" --with-ld-opt="${extra_cc}" \
-            --add-dynamic-module="$ROOT" >"$out/configure.log" 2>&1) \
-            || { tail -30 "$out/configure.log"; exit 1; }
-        printf '%s' "$want" >"$stamp"
-    fi
+    [[ -z $extra_cc ]] || flags+=(--with-ld-opt="$extra_cc")
     log "building module"
-    (cd "$src" && make -s -j"$JOBS" -f "$objs/Makefile" modules)
+    configure_make "$src" "$out/objs" modules "${flags[@]}"
     # A new file, renamed over the old one: an nginx running the old .so keeps its mapping.
-    cp "$objs/ngx_http_ratelimit_module.so" "$out/.ngx_http_ratelimit_module.so.new"
+    cp "$out/objs/ngx_http_ratelimit_module.so" "$out/.ngx_http_ratelimit_module.so.new"
     mv -f "$out/.ngx_http_ratelimit_module.so.new" "$out/ngx_http_ratelimit_module.so"
     log "built $out/ngx_http_ratelimit_module.so"
+}
+
+# The newest upstream nginx release tarball next to the repository (CI: ../shared/nginx/).
+upstream_tarball() {
+    local t
+    t=$(compgen -G "$ROOT/../shared/nginx/nginx-*.tar.gz" | sort -V | tail -1) || true
+    [[ -n $t ]] && printf '%s\n' "$(cd "$(dirname "$t")" && pwd)/$(basename "$t")"
+}
+
+# Builds upstream nginx from $1 --with-compat and the module against it, both with nginx's
+# default flags (-O -W -Wall -Werror), into build/upstream/, then runs prove with them on
+# the test files given after $1 (all of t/ by default).
+upstream_tests() {
+    local tarball=$1 dir="$BUILD/upstream" name
+    shift
+    name=$(basename "$tarball" .tar.gz)
+    build_deps
+    if [[ ! -x $dir/$name/configure || $tarball -nt $dir/$name/configure ]]; then
+        log "unpacking $tarball"
+        rm -rf "${dir:?}/$name"; mkdir -p "$dir"
+        tar -xzf "$tarball" -C "$dir"
+        touch "$dir/$name/configure"
+    fi
+    log "building $name and the module against it"
+    # t/15 uses auth_request and addition, which are not built by default.
+    local t0=$SECONDS
+    configure_make "$dir/$name" "$dir/objs" "" --with-compat \
+        --with-http_auth_request_module --with-http_addition_module
+    log "built $name in $((SECONDS - t0)) s"
+    test_deps
+    log "prove ${*:-t/} against $name"
+    (cd "$ROOT" && NGINX_BIN="$dir/objs/nginx" RATELIMIT_SO="$dir/objs/ngx_http_ratelimit_module.so" \
+        prove -I t/lib "${@:-t/}")
 }
 
 do_build() { build_deps; build_module "$BUILD"; }
@@ -176,6 +222,16 @@ case "$cmd" in
         do_build
         unit_tests
         e2e_tests
+        if tarball=$(upstream_tarball); then
+            upstream_tests "$tarball"
+        else
+            log "no ../shared/nginx/nginx-*.tar.gz: upstream nginx build and tests skipped"
+        fi
+        ;;
+    test-upstream)
+        tarball=$(upstream_tarball) || { log "no ../shared/nginx/nginx-*.tar.gz next to the repository"; exit 1; }
+        shift
+        upstream_tests "$tarball" "$@"
         ;;
     unit) unit_tests ;;
     prove) e2e_tests ;;
@@ -194,5 +250,5 @@ case "$cmd" in
         fi
         ;;
     bench) do_build; ensure_packages wrk:wrk valgrind:valgrind; "$ROOT/tests/bench/run.sh"; "$ROOT/tests/bench/instructions.sh" ;;
-    *) echo "usage: $0 [build|run|stop|test|unit|prove|asan|test-asan|bench|deb]" >&2; exit 2 ;;
+    *) echo "usage: $0 [build|run|stop|test|test-upstream|unit|prove|asan|test-asan|bench|deb]" >&2; exit 2 ;;
 esac

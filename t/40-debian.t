@@ -28,6 +28,8 @@ my @APT   = ('apt-get', '-q', '-y', '-o', 'DPkg::Lock::Timeout=300');
 
 plan skip_all => 'needs root: it installs the package into the system nginx (CI runs as root)'
   if $> != 0;
+plan skip_all => "the package is for Debian's nginx; this run tests $ENV{NGINX_BIN}"
+  if $ENV{NGINX_BIN} && $ENV{NGINX_BIN} ne $NGINX;
 for my $need ('/usr/bin/apt-get', '/usr/bin/dpkg', $NGINX, "$ETC/nginx.conf") {
     plan skip_all => "needs Debian's apt-get, dpkg and nginx: $need is missing" unless -e $need;
 }
