@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <ostream>
 #include <memory>
 #include <random>
 #include <string>
@@ -26,6 +27,13 @@
 #include "core/redis_script.h"
 #include "core/refund.h"
 #include "redis_test_server.h"
+
+namespace rl {
+
+// For GoogleTest's names of the parameterized tests.
+void PrintTo(CommandScript s, std::ostream* os) { *os << (s == CommandScript::fcall ? "FCALL" : "EVALSHA"); }
+
+}  // namespace rl
 
 namespace {
 

@@ -75,10 +75,10 @@ struct RedisGroup {
 // FLUSH, or a restart without persistence): load the library again.
 enum class CommandScript : uint8_t { evalsha, eval, fcall };
 
-// FCALL (tests/bench/redis_lua.sh, Redis 7.0): per single-request call, 12-17% less Redis CPU
-// than EVALSHA of the same Lua and 30% less time in the command, as EVALSHA builds the Lua's
-// functions on every call; the same in batches of 64. EVALSHA remains for servers that answer
-// FUNCTION LOAD with an error (before Redis 7, or without Functions).
+// FCALL (tests/bench/redis_lua.sh, Redis 7.0): per single-request call, 12-19% less Redis CPU
+// than EVALSHA of the same Lua and about a third less time in the command, as EVALSHA builds
+// the Lua's functions on every call; 3-4% less in batches of 64. EVALSHA remains for servers
+// that answer FUNCTION LOAD with an error (before Redis 7, or without Functions).
 constexpr CommandScript kPreferredScript = CommandScript::fcall;
 
 constexpr size_t kArgvCount = 3;          // mode, now, checks
