@@ -53,6 +53,14 @@ TEST(RedisCommand, ExactBytesOfADecideCall) {
     EXPECT_NE(prod.find(rl::script_sha1(false)), std::string::npos);
     EXPECT_EQ(prod.find("1700000000000000"), std::string::npos);
     EXPECT_NE(prod.find("$6\r\ndecide\r\n$1\r\n0\r\n$88\r\n"), std::string::npos);
+
+    // FCALL: the function's name in place of EVALSHA's sha1, the rest alike.
+    const std::string tail = want.substr(want.find("\r\n$1\r\n1\r\n"));
+    EXPECT_EQ(decide(rl::CommandScript::fcall, true, "rl:", checks, 1700000000LL * kSec),
+              std::string("*7\r\n$5\r\nFCALL\r\n$26\r\n") + rl::function_name(true) + tail);
+    std::string fprod = decide(rl::CommandScript::fcall, false, "rl:", checks, 1700000000LL * kSec);
+    EXPECT_EQ(fprod, std::string("*7\r\n$5\r\nFCALL\r\n$26\r\n") + rl::function_name(false) +
+                         prod.substr(prod.find("\r\n$1\r\n1\r\n")));
 }
 
 TEST(RedisCommand, EvalCarriesTheScript) {
@@ -284,5 +292,7 @@ TEST(RedisCommandBound, NeverBelowTheExactLength) {
         size_t exact = rl::batch_command_len(rl::CommandScript::evalsha, false, prefix, groups.data(), ngroups, 0);
         EXPECT_GE(rl::batch_command_bound(prefix, groups.data(), ngroups), exact);
         EXPECT_LE(rl::batch_command_bound(prefix, groups.data(), ngroups), exact + ngroups * 3 * 400 + 400);
+        EXPECT_GE(rl::batch_command_bound(prefix, groups.data(), ngroups),
+                  rl::batch_command_len(rl::CommandScript::fcall, false, prefix, groups.data(), ngroups, 0));
     }
 }

@@ -1,8 +1,10 @@
-// Differential test of the Redis script against the C++ core: the same timelines, replayed
-// through rl::decide / rl::refund and through the script (its test variant, with the same
+// Differential test of the Redis Lua against the C++ core: the same timelines, replayed
+// through rl::decide / rl::refund and through the Lua (its test variant, with the same
 // injected time) on a private redis-server, must give identical decisions and states after
 // every event, single checks and multi-check calls alike. Also checked after every event:
-// each key the script wrote carries a TTL just beyond the decision's reset. Seeds are fixed.
+// each key the Lua wrote carries a TTL just beyond the decision's reset. Every timeline runs
+// twice, through both ways of calling the Lua: FCALL of the library and EVALSHA of the script.
+// Seeds are fixed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <ostream>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,6 +27,13 @@
 #include "core/redis_script.h"
 #include "core/refund.h"
 #include "redis_test_server.h"
+
+namespace rl {
+
+// For GoogleTest's names of the parameterized tests.
+void PrintTo(CommandScript s, std::ostream* os) { *os << (s == CommandScript::fcall ? "FCALL" : "EVALSHA"); }
+
+}  // namespace rl
 
 namespace {
 
@@ -182,7 +192,9 @@ struct Counts {
     int64_t hot_groups = 0;            // groups with a key that an earlier group of the batch changed
 };
 
-class RedisDiff : public ::testing::Test {
+// A private redis-server with both variants of the script and of the library loaded; script_
+// is how the tests call the Lua.
+class RedisLua : public ::testing::Test {
   protected:
     void SetUp() override {
         server_ = std::make_unique<rltest::RedisServer>();
@@ -193,6 +205,9 @@ class RedisDiff : public ::testing::Test {
             Reply r = rltest::command(conn_.get(), {"SCRIPT", "LOAD", std::string(rl::script_text(injected))});
             ASSERT_TRUE(r && r->type == REDIS_REPLY_STRING) << (r ? r->str : "no reply");
             ASSERT_EQ(std::string(r->str), rl::script_sha1(injected)) << "script_sha1 differs from SCRIPT LOAD";
+            r = rltest::command(conn_.get(), {"FUNCTION", "LOAD", "REPLACE", std::string(rl::function_library_text(injected))});
+            ASSERT_TRUE(r && r->type == REDIS_REPLY_STRING) << (r ? r->str : "no reply");
+            ASSERT_EQ(std::string(r->str), rl::function_name(injected)) << "the library's name is its function's";
         }
     }
 
@@ -387,7 +402,7 @@ class RedisDiff : public ::testing::Test {
         }
 
         // The Redis side, in one pipeline (observe_call).
-        std::string cmd = build(refund, rl::CommandScript::evalsha, true, now, checks_of(lims, costs, ats));
+        std::string cmd = build(refund, script_, true, now, checks_of(lims, costs, ats));
         Observed obs;
         observe_call(cmd, lims, where, &obs);
         if (HasFatalFailure()) return;
@@ -495,9 +510,9 @@ class RedisDiff : public ::testing::Test {
             checks[g] = checks_of(groups[g], costs[g], {});
             rgroups[g] = rl::RedisGroup{checks[g].data(), checks[g].size()};
         }
-        size_t len = rl::batch_command_len(rl::CommandScript::evalsha, true, kPrefix, rgroups.data(), rgroups.size(), now);
+        size_t len = rl::batch_command_len(script_, true, kPrefix, rgroups.data(), rgroups.size(), now);
         std::string cmd(len + 16, '\xee');
-        ASSERT_EQ(rl::write_batch_command(cmd.data(), rl::CommandScript::evalsha, true, kPrefix, rgroups.data(),
+        ASSERT_EQ(rl::write_batch_command(cmd.data(), script_, true, kPrefix, rgroups.data(),
                                           rgroups.size(), now),
                   len);
         ASSERT_EQ(cmd.substr(len), std::string(16, '\xee')) << "wrote past the measured length";
@@ -601,7 +616,8 @@ class RedisDiff : public ::testing::Test {
     }
 
     void summary(const char* what) {
-        std::string line = std::string("redis differential, ") + what + ":";
+        std::string line = std::string("redis differential (") +
+                           (script_ == rl::CommandScript::fcall ? "FCALL" : "EVALSHA") + "), " + what + ":";
         int64_t total = 0;
         for (rl::Algo a : kAll) {
             auto it = counts_.decisions.find(a);
@@ -629,10 +645,48 @@ class RedisDiff : public ::testing::Test {
         std::printf("%s)\n", line.c_str());
     }
 
+    // Sends one command as the writers of redis_command.h made it; its reply.
+    Reply send(const std::string& cmd) {
+        redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
+        return rltest::next_reply(conn_.get());
+    }
+
+    // Empties Redis's scripts or functions (what: "SCRIPT" or "FUNCTION"), then expects `cmd` to
+    // fail with an error that starts with `error`.
+    void flush_then_expect_error(const char* what, const std::string& cmd, const std::string& error) {
+        Reply flushed = rltest::command(conn_.get(), {what, "FLUSH"});
+        ASSERT_TRUE(flushed && flushed->type == REDIS_REPLY_STATUS);
+        Reply r = send(cmd);
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+        EXPECT_EQ(std::string(r->str).rfind(error, 0), 0u) << r->str;
+    }
+
+    // The command's head as the tests write it by hand: EVALSHA <sha1> or FCALL <name>.
+    std::vector<std::string> head(bool injected) const {
+        if (script_ == rl::CommandScript::fcall) return {"FCALL", rl::function_name(injected)};
+        return {"EVALSHA", rl::script_sha1(injected)};
+    }
+
     std::unique_ptr<rltest::RedisServer> server_;
     Context conn_;
     Counts counts_;
+    rl::CommandScript script_ = rl::CommandScript::evalsha;
 };
+
+// The tests of decisions, through each way of calling the Lua.
+class RedisDiff : public RedisLua, public ::testing::WithParamInterface<rl::CommandScript> {
+  protected:
+    void SetUp() override {
+        script_ = GetParam();
+        RedisLua::SetUp();
+    }
+};
+
+INSTANTIATE_TEST_SUITE_P(Lua, RedisDiff, ::testing::Values(rl::CommandScript::fcall, rl::CommandScript::evalsha),
+                         [](const ::testing::TestParamInfo<rl::CommandScript>& p) {
+                             return std::string(p.param == rl::CommandScript::fcall ? "fcall" : "evalsha");
+                         });
 
 // ---- the timelines -------------------------------------------------------------------------
 
@@ -654,44 +708,44 @@ void expect_coverage(const Counts& c, rl::Algo algo) {
     }
 }
 
-TEST_F(RedisDiff, Gcra) {
+TEST_P(RedisDiff, Gcra) {
     single_algorithm(rl::Algo::gcra, 101, kTimelines, kEvents);
     summary("gcra");
     expect_coverage(counts_, rl::Algo::gcra);
 }
 
-TEST_F(RedisDiff, Token) {
+TEST_P(RedisDiff, Token) {
     single_algorithm(rl::Algo::token, 102, kTimelines, kEvents);
     summary("token");
     expect_coverage(counts_, rl::Algo::token);
 }
 
-TEST_F(RedisDiff, Leaky) {
+TEST_P(RedisDiff, Leaky) {
     single_algorithm(rl::Algo::leaky, 103, kTimelines, kEvents);
     summary("leaky");
     expect_coverage(counts_, rl::Algo::leaky);
 }
 
-TEST_F(RedisDiff, Fixed) {
+TEST_P(RedisDiff, Fixed) {
     single_algorithm(rl::Algo::fixed, 104, kTimelines, kEvents);
     summary("fixed");
     expect_coverage(counts_, rl::Algo::fixed);
 }
 
-TEST_F(RedisDiff, Sliding) {
+TEST_P(RedisDiff, Sliding) {
     single_algorithm(rl::Algo::sliding, 105, kTimelines, kEvents);
     summary("sliding");
     expect_coverage(counts_, rl::Algo::sliding);
 }
 
-TEST_F(RedisDiff, Log) {
+TEST_P(RedisDiff, Log) {
     single_algorithm(rl::Algo::log, 106, kTimelines, kEvents);
     summary("log");
     expect_coverage(counts_, rl::Algo::log);
 }
 
 // 2 to 4 checks of mixed algorithms per call: one rejection leaves every state untouched.
-TEST_F(RedisDiff, MultiCheckAllOrNothing) {
+TEST_P(RedisDiff, MultiCheckAllOrNothing) {
     std::mt19937_64 rng(107);
     int64_t calls = 0;
     for (int round = 0; round < 200; round++) {
@@ -727,7 +781,7 @@ TEST_F(RedisDiff, MultiCheckAllOrNothing) {
 // Batches of 1 to 50 groups of 1 to 3 checks of mixed algorithms over a few keys, which recur
 // across the groups of a batch (hot keys): one call, against the C++ deciding the groups one
 // after the other. Between batches: time steps, clock steps back, policy changes.
-TEST_F(RedisDiff, Batches) {
+TEST_P(RedisDiff, Batches) {
     std::mt19937_64 rng(108);
     constexpr int kRounds = 250, kBatches = 25;
     for (int round = 0; round < kRounds; round++) {
@@ -776,23 +830,14 @@ TEST_F(RedisDiff, Batches) {
 
 // After a SCRIPT FLUSH, EVALSHA fails with NOSCRIPT (the client then sends EVAL), EVAL works,
 // and loads the script again for EVALSHA.
-TEST_F(RedisDiff, NoscriptAfterFlushThenEval) {
+TEST_F(RedisLua, NoscriptAfterFlushThenEval) {
     Limit l(rltest::policy(rl::Algo::gcra, 10, kSec, 2), "ns", rl::KeyHash{1, 2});
     const int64_t now = 1700000000LL * kSec;
-    Reply flushed = rltest::command(conn_.get(), {"SCRIPT", "FLUSH"});
-    ASSERT_TRUE(flushed && flushed->type == REDIS_REPLY_STATUS);
-
-    auto send = [&](const std::string& cmd) {
-        redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
-        return rltest::next_reply(conn_.get());
-    };
     std::vector<rl::RedisCheck> checks = checks_of({&l}, {1}, {});
-    Reply r = send(build(false, rl::CommandScript::evalsha, true, now, checks));
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
-    EXPECT_EQ(std::string(r->str).rfind("NOSCRIPT", 0), 0u) << r->str;
+    flush_then_expect_error("SCRIPT", build(false, rl::CommandScript::evalsha, true, now, checks), "NOSCRIPT");
+    if (HasFatalFailure()) return;
 
-    r = send(build(false, rl::CommandScript::eval, true, now, checks));
+    Reply r = send(build(false, rl::CommandScript::eval, true, now, checks));
     ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
     ASSERT_EQ(r->elements, rl::decide_reply_len(1));
     EXPECT_EQ(r->element[0]->integer, 1);
@@ -805,10 +850,10 @@ TEST_F(RedisDiff, NoscriptAfterFlushThenEval) {
 
 // The production variant reads Redis's clock: its now lies between the TIME before and after.
 // The ARGV now is ignored. Its key then expires by itself once idle.
-TEST_F(RedisDiff, ProductionVariantUsesRedisTime) {
+TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     Limit l(rltest::policy(rl::Algo::gcra, 20, kSec), "prod", rl::KeyHash{3, 4});
-    // Production: EVALSHA of script_text(false); the now passed is not sent.
-    std::string cmd = build(false, rl::CommandScript::evalsha, false, 12345, checks_of({&l}, {1}, {}));
+    // Production: the Lua's production variant; the now passed is not sent.
+    std::string cmd = build(false, script_, false, 12345, checks_of({&l}, {1}, {}));
     EXPECT_EQ(cmd.find("12345"), std::string::npos);
     redisContext* c = conn_.get();
     rltest::append(c, {"TIME"});
@@ -837,14 +882,14 @@ TEST_F(RedisDiff, ProductionVariantUsesRedisTime) {
 
 // The production script decides a batch on Redis's clock: one hot key of capacity 2 in four
 // groups admits the first two, and a group with a rejected check consumes none of its others.
-TEST_F(RedisDiff, ProductionBatch) {
+TEST_P(RedisDiff, ProductionBatch) {
     Limit hot(rltest::policy(rl::Algo::gcra, 2, kSec, 1), "prodb", rl::KeyHash{7, 8});
     Limit other(rltest::policy(rl::Algo::fixed, 100, 60 * kSec), "prodb", rl::KeyHash{9, 10});
     std::vector<rl::RedisCheck> one = checks_of({&hot}, {1}, {}), two = checks_of({&other, &hot}, {1, 1}, {});
     std::vector<rl::RedisGroup> groups = {{one.data(), 1}, {two.data(), 2}, {one.data(), 1}, {two.data(), 2}};
-    size_t len = rl::batch_command_len(rl::CommandScript::evalsha, false, kPrefix, groups.data(), groups.size(), 0);
+    size_t len = rl::batch_command_len(script_, false, kPrefix, groups.data(), groups.size(), 0);
     std::string cmd(len, '\0');
-    ASSERT_EQ(rl::write_batch_command(cmd.data(), rl::CommandScript::evalsha, false, kPrefix, groups.data(),
+    ASSERT_EQ(rl::write_batch_command(cmd.data(), script_, false, kPrefix, groups.data(),
                                       groups.size(), 0),
               len);
     redisContext* c = conn_.get();
@@ -882,67 +927,69 @@ TEST_F(RedisDiff, ProductionBatch) {
 }
 
 // Malformed calls are error replies, never decisions, and write nothing.
-TEST_F(RedisDiff, BadArgumentsAreErrors) {
-    const std::string sha = rl::script_sha1(true);
+TEST_P(RedisDiff, BadArgumentsAreErrors) {
+    // The call without its head (EVALSHA <sha1> or FCALL <name>).
+    auto call = [this](const std::vector<std::string>& rest) {
+        std::vector<std::string> args = head(true);
+        args.insert(args.end(), rest.begin(), rest.end());
+        return rltest::command(conn_.get(), args);
+    };
     // One gcra check: algo requests period burst refill token depth wscale cost at.
     const std::string ok = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0});
     const double nan = std::nan("");
     const std::vector<std::vector<std::string>> bad = {
-        {"EVALSHA", sha, "1", "k", "decide", "1"},                                            // too few ARGV
-        {"EVALSHA", sha, "1", "k", "decide", "1", ok, "x"},                                   // too many
-        {"EVALSHA", sha, "1", "k", "judge", "1", ok},                                         // mode
-        {"EVALSHA", sha, "1", "k", "decide", "x", ok},                                        // now
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0})},    // algo
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0})},  // algo
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0})},    // requests
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0})},    // refill
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0})},   // cost
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0})},  // cost
-        {"EVALSHA", sha, "1", "k", "decide", "1", ok.substr(0, ok.size() - 1)},               // truncated
-        {"EVALSHA", sha, "1", "k", "decide", "1", ok + "x"},                                  // trailing bytes
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({2, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0})},    // group of 2
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({-1}) + ok},                        // group size
-        {"EVALSHA", sha, "1", "k", "decide", "1", doubles({0.5}) + ok},                       // group size
-        {"EVALSHA", sha, "2", "k", "k2", "decide", "1", ok},                                  // keys
-        {"EVALSHA", sha, "0", "decide", "1", ok},                                             // keys
+        {"1", "k", "decide", "1"},                                            // too few ARGV
+        {"1", "k", "decide", "1", ok, "x"},                                   // too many
+        {"1", "k", "judge", "1", ok},                                         // mode
+        {"1", "k", "decide", "x", ok},                                        // now
+        {"1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0})},    // algo
+        {"1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0})},  // algo
+        {"1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0})},    // requests
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0})},    // refill
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0})},   // cost
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0})},  // cost
+        {"1", "k", "decide", "1", ok.substr(0, ok.size() - 1)},               // truncated
+        {"1", "k", "decide", "1", ok + "x"},                                  // trailing bytes
+        {"1", "k", "decide", "1", doubles({2, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0})},    // group of 2
+        {"1", "k", "decide", "1", doubles({-1}) + ok},                        // group size
+        {"1", "k", "decide", "1", doubles({0.5}) + ok},                       // group size
+        {"2", "k", "k2", "decide", "1", ok},                                  // keys
+        {"0", "decide", "1", ok},                                             // keys
     };
     for (size_t i = 0; i < bad.size(); i++) {
-        Reply r = rltest::command(conn_.get(), bad[i]);
+        Reply r = call(bad[i]);
         ASSERT_TRUE(r);
         EXPECT_EQ(r->type, REDIS_REPLY_ERROR) << "case " << i;
     }
-    Reply good = rltest::command(conn_.get(), {"EVALSHA", sha, "1", "k", "decide", "1", ok});
+    Reply good = call({"1", "k", "decide", "1", ok});
     ASSERT_TRUE(good && good->type == REDIS_REPLY_ARRAY) << (good && good->type == REDIS_REPLY_ERROR ? good->str : "");
-    Reply empty = rltest::command(conn_.get(), {"EVALSHA", sha, "0", "decide", "7", ""});  // no group: {0, now}
+    Reply empty = call({"0", "decide", "7", ""});  // no group: {0, now}
     ASSERT_TRUE(empty && empty->type == REDIS_REPLY_ARRAY && empty->elements == 2);
     EXPECT_EQ(empty->element[1]->integer, 7);
 
     // A batch whose second group is bad writes nothing, not even the first group's log.
     const std::string log_check = doubles({1, 5, 10, 1000000, 0, 1, 100000, 10, 1000000, 1, 0});
     const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0});
-    Reply r = rltest::command(conn_.get(),
-                              {"EVALSHA", sha, "2", "lg", "k3", "decide", "1700000000000000", log_check + bad_check});
+    Reply r = call({"2", "lg", "k3", "decide", "1700000000000000", log_check + bad_check});
     ASSERT_TRUE(r);
     EXPECT_EQ(r->type, REDIS_REPLY_ERROR);
     Reply exists = rltest::command(conn_.get(), {"EXISTS", "lg", "k3"});
     EXPECT_EQ(exists->integer, 0);
-    r = rltest::command(conn_.get(), {"EVALSHA", sha, "2", "lg", "k3", "decide", "1700000000000000", log_check + ok});
+    r = call({"2", "lg", "k3", "decide", "1700000000000000", log_check + ok});
     ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
     EXPECT_EQ(r->element[0]->integer, 2);
 }
 
 // A key left by the earlier layout (a hash {a, b, c}) is read as its state, and replaced by the
 // new one at its next change.
-TEST_F(RedisDiff, ReadsTheEarlierHashLayout) {
+TEST_P(RedisDiff, ReadsTheEarlierHashLayout) {
     Limit l(rltest::policy(rl::Algo::sliding, 10, kSec), "old", rl::KeyHash{5, 6});
     const int64_t now = 1700000000LL * kSec + 300000;
     l.key.s = rl::State{1700000000LL * kSec, 4, 3};  // window start, previous, current
     Reply h = rltest::command(conn_.get(), {"HSET", l.redis_key, "a", std::to_string(l.key.s.a), "b", "4", "c", "3"});
     ASSERT_TRUE(h && h->type == REDIS_REPLY_INTEGER);
     // Cost 0: reads it, writes nothing.
-    std::string cmd = build(false, rl::CommandScript::evalsha, true, now, checks_of({&l}, {0}, {}));
-    redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
-    Reply r = rltest::next_reply(conn_.get());
+    Reply r = send(build(false, script_, true, now, checks_of({&l}, {0}, {})));
     ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY && r->elements == rl::decide_reply_len(1))
         << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
     rl::Decision want = rl::decide(l.key.s, l.key.p, now, 0, nullptr);
@@ -958,7 +1005,28 @@ TEST_F(RedisDiff, ReadsTheEarlierHashLayout) {
     EXPECT_EQ(l.key.s.c, 5);
 }
 
-// The two variants are the same text but for the lines that set now.
+// After a FUNCTION FLUSH (or on a server that never loaded it), FCALL fails with "Function
+// not found"; FUNCTION LOAD REPLACE loads it again, and is harmless when it is loaded already.
+TEST_F(RedisLua, FunctionNotFoundAfterFlushThenLoad) {
+    Limit l(rltest::policy(rl::Algo::gcra, 10, kSec, 2), "fn", rl::KeyHash{1, 2});
+    const int64_t now = 1700000000LL * kSec;
+    std::vector<rl::RedisCheck> checks = checks_of({&l}, {1}, {});
+    flush_then_expect_error("FUNCTION", build(false, rl::CommandScript::fcall, true, now, checks),
+                            "ERR Function not found");
+    if (HasFatalFailure()) return;
+
+    Reply r;
+    for (int i = 0; i < 2; i++) {
+        r = rltest::command(conn_.get(), {"FUNCTION", "LOAD", "REPLACE", std::string(rl::function_library_text(true))});
+        ASSERT_TRUE(r && r->type == REDIS_REPLY_STRING) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    }
+    r = send(build(false, rl::CommandScript::fcall, true, now, checks));
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    ASSERT_EQ(r->elements, rl::decide_reply_len(1));
+    EXPECT_EQ(r->element[0]->integer, 1);
+    EXPECT_EQ(r->element[3]->integer, 2);  // remaining: burst 2 + 1 - 1
+}
+
 std::vector<std::string> lines_of(std::string_view text) {
     std::vector<std::string> out;
     size_t from = 0;
@@ -971,25 +1039,68 @@ std::vector<std::string> lines_of(std::string_view text) {
     return out;
 }
 
-TEST(RedisScript, VariantsDifferOnlyInHowNowIsRead) {
-    std::vector<std::string> prod = lines_of(rl::script_text(false)), test = lines_of(rl::script_text(true));
+// What is left of two texts once the lines they start and end with alike are set aside:
+// the number of lines left in each, and those lines.
+struct Middles {
+    size_t a_lines, b_lines;
+    std::string a, b;
+};
+
+Middles middles(std::string_view a_text, std::string_view b_text) {
+    std::vector<std::string> a = lines_of(a_text), b = lines_of(b_text);
     size_t head = 0, tail = 0;
-    while (head < prod.size() && head < test.size() && prod[head] == test[head]) head++;
-    while (tail < prod.size() - head && tail < test.size() - head &&
-           prod[prod.size() - 1 - tail] == test[test.size() - 1 - tail]) {
-        tail++;
+    while (head < a.size() && head < b.size() && a[head] == b[head]) head++;
+    while (tail < a.size() - head && tail < b.size() - head && a[a.size() - 1 - tail] == b[b.size() - 1 - tail]) tail++;
+    Middles m{a.size() - head - tail, b.size() - head - tail, "", ""};
+    for (size_t i = head; i < a.size() - tail; i++) m.a += a[i] + "\n";
+    for (size_t i = head; i < b.size() - tail; i++) m.b += b[i] + "\n";
+    return m;
+}
+
+// The library's text after its first line, its name replaced by "NAME".
+std::string library_body(bool injected) {
+    std::string text(rl::function_library_text(injected));
+    text.erase(0, text.find('\n') + 1);
+    const std::string name = rl::function_name(injected);
+    for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at)) text.replace(at, name.size(), "NAME");
+    return text;
+}
+
+// The two variants are the same text but for the clock.
+TEST(RedisScript, VariantsDifferOnlyInTheClock) {
+    for (bool library : {false, true}) {
+        Middles m = library ? middles(library_body(false), library_body(true))
+                            : middles(rl::script_text(false), rl::script_text(true));
+        EXPECT_LE(m.a_lines, 6u) << m.a;
+        EXPECT_LE(m.b_lines, 2u) << m.b;
+        EXPECT_NE(m.a.find("local function clock()"), std::string::npos) << m.a;
+        EXPECT_NE(m.a.find("call('TIME')"), std::string::npos) << m.a;
+        EXPECT_EQ(m.a.find("argv"), std::string::npos) << m.a;
+        EXPECT_NE(m.b.find("local function clock(argv) return tonum(argv[2]) end"), std::string::npos) << m.b;
     }
-    std::string pm, tm;
-    for (size_t i = head; i < prod.size() - tail; i++) pm += prod[i] + "\n";
-    for (size_t i = head; i < test.size() - tail; i++) tm += test[i] + "\n";
-    EXPECT_LE(prod.size() - tail - head, 5u) << pm;
-    EXPECT_LE(test.size() - tail - head, 2u) << tm;
-    EXPECT_NE(pm.find("local now = tonumber(t[1]) * 1000000 + tonumber(t[2])"), std::string::npos) << pm;
-    EXPECT_NE(pm.find("redis.call('TIME')"), std::string::npos) << pm;
-    EXPECT_EQ(pm.find("ARGV"), std::string::npos) << pm;
-    EXPECT_NE(tm.find("local now = tonumber(ARGV[2])"), std::string::npos) << tm;
     EXPECT_NE(std::string_view(rl::script_sha1(false)), std::string_view(rl::script_sha1(true)));
     EXPECT_EQ(std::strlen(rl::script_sha1(false)), 40u);
+}
+
+// The script and the library are one Lua: they differ only in how a call enters it (the
+// script's last lines; the library's name and its registration).
+TEST(RedisScript, ScriptAndLibraryShareTheirLua) {
+    for (bool injected : {false, true}) {
+        const std::string name = rl::function_name(injected);
+        EXPECT_EQ(name.size(), rl::kFunctionNameLen);
+        EXPECT_EQ(name.rfind("ratelimit_", 0), 0u) << name;
+        EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyz_0123456789"), std::string::npos) << name;
+        std::string_view lib = rl::function_library_text(injected);
+        EXPECT_EQ(lib.substr(0, lib.find('\n')), "#!lua name=" + name);
+
+        Middles m = middles(rl::script_text(injected), library_body(injected));
+        EXPECT_LE(m.a_lines, 6u) << m.a;
+        EXPECT_NE(m.a.find("return run(KEYS, ARGV)"), std::string::npos) << m.a;
+        EXPECT_EQ(m.b_lines, 1u) << m.b;
+        EXPECT_EQ(m.b, "redis.register_function{function_name = 'NAME', callback = run}\n");
+        EXPECT_GT(lines_of(lib).size(), 400u);
+    }
+    EXPECT_NE(std::string(rl::function_name(false)), rl::function_name(true));
 }
 
 }  // namespace

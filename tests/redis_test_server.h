@@ -5,7 +5,6 @@
 // kernel if the test process dies first (PR_SET_PDEATHSIG), so a failing or crashing test
 // never leaves it behind. A missing redis-server is a failure, not a skip: CI installs it.
 #pragma once
-#include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
 #include <arpa/inet.h>

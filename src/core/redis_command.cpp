@@ -5,6 +5,7 @@
 
 #include "redis_keys.h"
 #include "redis_script.h"
+#include "sha1.h"
 
 namespace rl {
 
@@ -110,12 +111,19 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
     const size_t nkeys = total_checks(groups, ngroups);
     Resp r(buf);
     r.array(3 + nkeys + kArgvCount);
-    if (script == CommandScript::eval) {
-        r.bulk("EVAL");
-        r.bulk(script_text(injected_time));
-    } else {
-        r.bulk("EVALSHA");
-        r.bulk(std::string_view(script_sha1(injected_time), 40));
+    switch (script) {
+        case CommandScript::eval:
+            r.bulk("EVAL");
+            r.bulk(script_text(injected_time));
+            break;
+        case CommandScript::fcall:
+            r.bulk("FCALL");
+            r.bulk(std::string_view(function_name(injected_time), kFunctionNameLen));
+            break;
+        case CommandScript::evalsha:
+            r.bulk("EVALSHA");
+            r.bulk(std::string_view(script_sha1(injected_time), kSha1HexLen));
+            break;
     }
     r.bulk_int(static_cast<int64_t>(nkeys));
     for (size_t g = 0; g < ngroups; g++) {
@@ -181,22 +189,25 @@ size_t write_refund_command(char* buf, CommandScript script, bool injected_time,
     return script_command(buf, "refund", script, injected_time, prefix, &g, 1, now_us);
 }
 
-size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, size_t n) noexcept {
-    return refund_command_len(CommandScript::evalsha, false, prefix, checks, n, 0);
+size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, size_t n, CommandScript script) noexcept {
+    return refund_command_len(script, false, prefix, checks, n, 0);
 }
 
-size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n) noexcept {
-    return write_refund_command(buf, CommandScript::evalsha, false, prefix, checks, n, 0);
+size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
+                            CommandScript script) noexcept {
+    return write_refund_command(buf, script, false, prefix, checks, n, 0);
 }
 
 size_t batch_command_bound(std::string_view prefix, const RedisGroup* groups, size_t ngroups) noexcept {
     // Per check: its key's bulk string, at most redis_key_max_len for the longest zone name
     // (a zone name is at most kMaxZoneLen), and its 80 bytes; per group its count; then the
-    // head: the array, EVALSHA, the sha, the key count, the mode, now and the blob's head.
+    // head: the array, EVALSHA and the sha (or the shorter FCALL and function name), the key
+    // count, the mode, now and the blob's head.
     constexpr size_t kBulkFrame = 1 + 20 + 2 + 2;  // "$<len>\r\n...\r\n"
+    static_assert(5 + kFunctionNameLen <= 7 + kSha1HexLen, "FCALL's head fits EVALSHA's bound");
     size_t nkeys = total_checks(groups, ngroups);
     size_t key = kBulkFrame + redis_key_max_len(prefix, std::string_view()) + kMaxZoneLen;
-    return 4 * kBulkFrame + 1 + 20 + 2 + 7 + 40 + 20 + 6 + 20 + kBulkFrame +
+    return 4 * kBulkFrame + 1 + 20 + 2 + 7 + kSha1HexLen + 20 + 6 + 20 + kBulkFrame +
            nkeys * (key + kCheckBytes) + ngroups * kGroupBytes;
 }
 

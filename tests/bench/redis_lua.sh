@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Redis's cost of the Lua per check: FCALL of the function library against EVALSHA of the
+# script (tests/bench/redis_lua.cpp), on one private redis-server. A benchmark, not a test.
+#
+#   tests/bench/redis_lua.sh [--rounds N] [--checks N] [--algos gcra,log]
+#   BASELINE_REV=e301042 tests/bench/redis_lua.sh      also that revision's EVAL script, as "baseline"
+#
+# Builds into build/bench (cmake -DRL_BENCH=ON).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT="$ROOT/build/bench"
+cmake -S "$ROOT/tests" -B "$OUT" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRL_BENCH=ON >/dev/null
+cmake --build "$OUT" --target rl_redis_lua_bench -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
+
+extra=()
+if [[ -n ${BASELINE_REV:-} ]]; then
+    # That revision's production script, printed by a small program built on its src/core.
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    git -C "$ROOT" archive "$BASELINE_REV" src/core | tar -x -C "$tmp"
+    printf '#include "core/redis_script.h"\n#include <cstdio>\nint main() { auto t = rl::script_text(false); fwrite(t.data(), 1, t.size(), stdout); }\n' \
+        >"$tmp/dump.cpp"
+    g++ -std=c++17 -O1 -I"$tmp/src" "$tmp/dump.cpp" "$tmp"/src/core/*.cpp -o "$tmp/dump"
+    "$tmp/dump" >"$tmp/baseline.lua"
+    extra=(--eval "baseline=$tmp/baseline.lua")
+fi
+"$OUT/bench/rl_redis_lua_bench" "$@" "${extra[@]}"
