@@ -11,6 +11,8 @@ use Time::HiRes qw(time sleep);
 
 my $redis = start_redis(args => ['--requirepass', 's3cret-pw', '--databases', '4'], password => 's3cret-pw');
 $redis->cli('ACL', 'SETUSER', 'limiter', 'on', '>limiter-pw', '~*', '+@all');
+# A user that may not load Functions (as on a Redis before 7): the checks run as a script.
+$redis->cli('ACL', 'SETUSER', 'nofn', 'on', '>nofn-pw', '~*', '+@all', '-function');
 my $rp = $redis->port;
 my @algos = qw(gcra token leaky fixed sliding log);
 avoid_window_edge(3600, 10);
@@ -25,8 +27,10 @@ for my $a (@algos) {
 my $n = start_nginx(<<"EOF2");
     ratelimit_redis main 127.0.0.1:$rp password=s3cret-pw database=2 prefix=t20:;
     ratelimit_redis acl  127.0.0.1:$rp username=limiter password=limiter-pw;
+    ratelimit_redis nofn 127.0.0.1:$rp username=nofn password=nofn-pw;
 $zones
     ratelimit_zone viaacl key=\$arg_k requests=1 period=1h redis=acl;
+    ratelimit_zone vianofn key=\$arg_k requests=2 period=1h algo=fixed redis=nofn;
     ratelimit_zone fast   key=\$arg_k rate=2r/s redis=main;
     ratelimit_zone big    key=\$arg_k requests=5 period=1h burst=4 redis=main;
     ratelimit_zone local1 key=\$arg_k requests=1 period=1h;
@@ -37,6 +41,7 @@ $zones
         add_header X-Zone \$ratelimit_zone always;
 $locs
         location /acl   { ratelimit zone=viaacl; empty_gif; }
+        location /nofn  { ratelimit zone=vianofn; empty_gif; }
         location /fast  { ratelimit zone=fast; empty_gif; }
         location /cost  { ratelimit zone=big quantity=\$arg_q; empty_gif; }
         # A shared-memory limit that rejects: Redis is not asked, nothing consumed there.
@@ -157,6 +162,16 @@ EOF3
     $u->stop;
 }
 
+# The checks run as a Redis Function (FCALL); where FUNCTION LOAD is refused, as a script.
+{
+    my %calls = commandstats($redis);
+    ok(($calls{fcall} // 0) > 0, "checks are FCALLs ($calls{fcall} calls)");
+    my @s = map { my ($st, $h) = $n->get('/nofn?k=f'); "$st $h->{'x-status'}" } 1 .. 3;
+    is("@s", '200 PASSED 200 PASSED 429 REJECTED', 'no FUNCTION allowed: decided by the script');
+    my %after = commandstats($redis);
+    ok(($after{evalsha} // 0) > ($calls{evalsha} // 0), 'no FUNCTION allowed: the checks are EVALSHAs');
+}
+
 # A reload: old workers close their Redis connections and exit cleanly; the state stays.
 {
     $n->reload;
@@ -168,5 +183,14 @@ EOF3
 my @bad = grep { /\[(error|crit|alert|emerg)\]/ && !/limiting request/ } split /\n/, $n->error_log;
 is(scalar @bad, 0, 'no errors in the log') or diag(join "\n", @bad);
 unlike($n->error_log, qr/s3cret-pw|limiter-pw/, 'passwords never appear in the log');
+
+# Calls per command, from INFO commandstats.
+sub commandstats {
+    my ($r) = @_;
+    my %calls;
+    my $info = $r->cli('INFO', 'commandstats');
+    $calls{$1} = $2 while $info =~ /cmdstat_(\w+):calls=(\d+)/g;
+    return %calls;
+}
 
 done_testing;

@@ -1,4 +1,4 @@
-# Redis faults: not running at start, killed under load, restarted, SCRIPT FLUSH under load,
+# Redis faults: not running at start, killed under load, restarted, FUNCTION/SCRIPT FLUSH under load,
 # stalled past the timeout, wrong password, wrong database. For each: no request waits
 # longer than the timeout plus a small margin, each on_error mode behaves as documented, no
 # worker crashes, no 5xx but deny's 503, and limiting resumes within a second of Redis being back.
@@ -125,15 +125,17 @@ for my $mode (qw(allow deny local)) {
     is("@s", '200 PASSED 200 PASSED', 'after the restart the key starts afresh (state was lost)');
 }
 
-# 4. SCRIPT FLUSH under load: NOSCRIPT is handled without failing any request.
-{
+# 4. FUNCTION FLUSH and SCRIPT FLUSH under load: the missing code is loaded again (FUNCTION
+# LOAD, or SCRIPT LOAD on a server without Functions) without failing any request.
+for my $flush (['FUNCTION', 'FLUSH'], ['SCRIPT', 'FLUSH']) {
+    my $name = join ' ', @$flush;
     my $r = run_clients($n->port, sub { "/deny?k=flush$_[0]_" . int($_[1] / 8) }, 4, 1000000, keepalive => 1,
         until => time + 2, record => 'X-Status',
-        during => sub { for (1 .. 5) { sleep 0.25; $redis->cli('SCRIPT', 'FLUSH') } });
+        during => sub { for (1 .. 5) { sleep 0.25; $redis->cli(@$flush) } });
     my %codes = map { $_ => $r->{$_} } grep { !/^:/ } keys %$r;
-    is(join(',', sort keys %codes), '200,429', 'SCRIPT FLUSH under load: only 200 and 429') or diag(explain \%codes);
-    is($r->{':values'}{ERROR} // 0, 0, 'SCRIPT FLUSH under load: no request saw an error');
-    ok($r->{200} > 100, "SCRIPT FLUSH under load: $r->{200} admitted");
+    is(join(',', sort keys %codes), '200,429', "$name under load: only 200 and 429") or diag(explain \%codes);
+    is($r->{':values'}{ERROR} // 0, 0, "$name under load: no request saw an error");
+    ok($r->{200} > 100, "$name under load: $r->{200} admitted");
 }
 
 # 5. Stalled longer than the timeout: DEBUG SLEEP, then CLIENT PAUSE.

@@ -127,7 +127,7 @@ struct rl_call_t {
     uint16_t index;           // its group in the batch
     uint16_t slot;            // cluster: the slot of its keys
     uint8_t state;            // RL_CALL_*
-    uint8_t redirects;        // MOVED / ASK / NOSCRIPT retries so far
+    uint8_t redirects;        // MOVED / ASK / reload (NOSCRIPT, function not found) retries so far
     uint8_t solo;             // cluster: sent in a batch of its own (its slot is migrating)
     int64_t at;               // Redis's time of the decision
 };

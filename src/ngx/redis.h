@@ -14,7 +14,8 @@ struct rl_redis_node_t {
     rl_redis_t* redis;
     ngx_queue_t queued;    // requests' calls waiting for the end of the loop turn (rl_call_t)
     ngx_uint_t nqueued;
-    unsigned reloading:1;  // a SCRIPT LOAD is in flight after a NOSCRIPT
+    unsigned reloading:1;  // a FUNCTION LOAD or SCRIPT LOAD is in flight after the code went missing
+    unsigned scripts:1;    // the server took no FUNCTION LOAD (before Redis 7): EVALSHA instead
 };
 
 // One `ratelimit_redis` directive.
@@ -42,8 +43,9 @@ struct rl_redis_t {
     void* scratch;            // for building commands and reading replies
     size_t scratch_size;
     ngx_uint_t mode_check;    // the handshake's reply that tells cluster from standalone
-    u_char* script_load;      // the handshake's SCRIPT LOAD, sent again after a NOSCRIPT
-    size_t script_load_len;
+    ngx_uint_t function_check;  // the handshake's FUNCTION LOAD reply
+    ngx_str_t function_load;  // the handshake's FUNCTION LOAD, sent again when the function is gone
+    ngx_str_t script_load;    // the handshake's SCRIPT LOAD, sent again after a NOSCRIPT
     void* cluster_state;      // redis_cluster.cpp
 };
 

@@ -88,17 +88,25 @@ bool build_handshake(ngx_pool_t* pool, rl_redis_t* redis) {
     size_t info_lens[2] = {4, 7};
     if (!append_command(pool, out, 2, info, info_lens)) return false;
     redis->mode_check = replies++;
+    // The checks run as a Function (FCALL: its Lua is compiled once, at load), or on servers
+    // without Functions (before Redis 7) as a script (EVALSHA): both are loaded, the replies tell.
+    std::string_view library = rl::function_library_text();
+    const char* fn_argv[4] = {"FUNCTION", "LOAD", "REPLACE", library.data()};
+    size_t fn_lens[4] = {8, 4, 7, library.size()};
+    size_t fn_at = out.len;
+    if (!append_command(pool, out, 4, fn_argv, fn_lens)) return false;
+    redis->function_check = replies++;
     std::string_view script = rl::script_text(false);
     const char* argv[3] = {"SCRIPT", "LOAD", script.data()};
     size_t lens[3] = {6, 4, script.size()};
-    size_t before = out.len;
+    size_t script_at = out.len;
     if (!append_command(pool, out, 3, argv, lens)) return false;
     replies++;
     redis->conn.handshake = out.data;
     redis->conn.handshake_len = out.len;
     redis->conn.handshake_replies = replies;
-    redis->script_load = out.data + before;
-    redis->script_load_len = out.len - before;
+    redis->function_load = {script_at - fn_at, out.data + fn_at};
+    redis->script_load = {out.len - script_at, out.data + script_at};
     return true;
 }
 
@@ -107,6 +115,11 @@ bool build_handshake(ngx_pool_t* pool, rl_redis_t* redis) {
 bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply) noexcept {
     auto* node = static_cast<rl_redis_node_t*>(conn->data);
     rl_redis_t* redis = node->redis;
+    if (index == redis->function_check) {
+        // No Functions here (an older Redis, or an ACL without FUNCTION): scripts serve.
+        node->scripts = reply->type == REDIS_REPLY_ERROR;
+        return true;
+    }
     if (reply->type == REDIS_REPLY_ERROR) {
         // The reply names the problem, never the password.
         char text[rl::kLogTextCap];

@@ -48,6 +48,11 @@ rl::RedisCheck* checks_of(rl_call_t* call, ngx_pool_t* pool) {
 
 rl_redis_node_t* node_of(rl_conn_op_t* op) { return static_cast<rl_redis_node_t*>(op->conn->data); }
 
+// How the node runs the checks, as its handshake found out.
+rl::CommandScript script_of(const rl_redis_node_t* node) {
+    return node->scripts ? rl::CommandScript::evalsha : rl::CommandScript::fcall;
+}
+
 // Whether a node takes `more` calls now: its connection is up or coming up, and what it has
 // in flight and queued stays within max_pending (the handshake's replies aside).
 bool can_take(rl_redis_node_t* node, ngx_uint_t more) {
@@ -152,7 +157,7 @@ void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n) {
     rl_batch_t* batch = buf ? batch_alloc(redis) : nullptr;
     rl_conn_op_t* op = nullptr;
     if (batch != nullptr) {
-        len = rl::write_batch_command(buf, rl::CommandScript::evalsha, false, prefix, groups, n, 0);
+        len = rl::write_batch_command(buf, script_of(node), false, prefix, groups, n, 0);
         op = send_command(node, reinterpret_cast<u_char*>(buf), len, on_batch_reply, batch, n);
     }
     if (op == nullptr) {
@@ -196,20 +201,20 @@ bool is_error(const redisReply* reply, const char* prefix) {
     return reply->type == REDIS_REPLY_ERROR && reply->len >= n && ngx_strncmp(reply->str, prefix, n) == 0;
 }
 
-void script_loaded(rl_conn_op_t* op, redisReply* reply) noexcept {
+void code_loaded(rl_conn_op_t* op, redisReply* reply) noexcept {
     rl_redis_node_t* node = node_of(op);
     node->reloading = 0;
-    if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) log_reply(node->redis, node, "SCRIPT LOAD failed", reply);
+    if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) log_reply(node->redis, node, "loading the Lua failed", reply);
 }
 
-// After a NOSCRIPT: SCRIPT LOAD, unless one is in flight already, so that the calls queued
-// after it find the script again.
-void reload_script(rl_redis_node_t* node) {
+// After NOSCRIPT or a missing function (Redis restarted without persistence, or its code was
+// flushed): loads it again, unless a load is in flight already, so that the calls queued after
+// it find it.
+void reload_code(rl_redis_node_t* node) {
     rl_redis_t* redis = node->redis;
     if (node->reloading) return;
-    if (rl_conn_send(&node->conn, redis->script_load, redis->script_load_len, script_loaded, node, 0) != nullptr) {
-        node->reloading = 1;
-    }
+    const ngx_str_t& load = node->scripts ? redis->script_load : redis->function_load;
+    if (rl_conn_send(&node->conn, load.data, load.len, code_loaded, node, 0) != nullptr) node->reloading = 1;
 }
 
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n);
@@ -270,10 +275,10 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     bool retry = false, ask = false;
     rl_redis_node_t* moved_to = nullptr;
 
-    if (reply != nullptr && is_error(reply, "NOSCRIPT")) {
-        // Redis restarted or its scripts were flushed: nothing ran. Load the script again and
-        // queue the calls once more, ahead of the others.
-        reload_script(node);
+    if (reply != nullptr && (is_error(reply, "NOSCRIPT") || is_error(reply, "ERR Function not found"))) {
+        // Redis restarted without persistence, or its functions or scripts were flushed:
+        // nothing ran. Load the code again and queue the calls once more, ahead of the others.
+        reload_code(node);
         retry = true;
     } else if (reply != nullptr && redis->cluster && (is_error(reply, "MOVED ") || is_error(reply, "ASK "))) {
         moved_to = rl_cluster_redirect(redis, reply, &ask);
@@ -327,10 +332,10 @@ void on_refund_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
 // buffer, as the scratch may be holding a reply being read.
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n) {
     std::string_view prefix = rl_sv(redis->prefix);
-    size_t len = rl::refund_command_len(prefix, checks, n);
+    size_t len = rl::refund_command_len(prefix, checks, n, script_of(node));
     auto* buf = static_cast<char*>(ngx_alloc(len, redis->conn.log));
     if (buf == nullptr) return;
-    len = rl::write_refund_command(buf, prefix, checks, n);
+    len = rl::write_refund_command(buf, prefix, checks, n, script_of(node));
     if (send_command(node, reinterpret_cast<u_char*>(buf), len, on_refund_reply, redis, 1) == nullptr) {
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
     }
