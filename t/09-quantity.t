@@ -18,6 +18,7 @@ for my $a (@algos) {
 
 my $n = start_nginx(<<"EOF2");
     ratelimit_zone q key=\$arg_k requests=10 period=1h burst=9;
+    ratelimit_zone qh key=\$arg_k requests=10 period=1h burst=9;
 $zones
     map \$arg_tier \$tier_cost {
         default 1;
@@ -31,6 +32,7 @@ $zones
         location /zero  { ratelimit zone=q quantity=0; empty_gif; }
         location /c     { ratelimit zone=q quantity=\$arg_cost; empty_gif; }
         location /map   { ratelimit zone=q quantity=\$tier_cost; empty_gif; }
+        location /h     { ratelimit zone=qh quantity=\$http_x_cost; empty_gif; }
 $locs
     }
 EOF2
@@ -76,6 +78,25 @@ is(req('/map?k=d'),          '200 r=4', 'quantity from a map: default 1');
 is(req('/c?k=e'),           '200 r=9', 'empty $arg_cost counts 1');
 is(req('/c?k=f&cost=abc'),  '200 r=9', 'non-numeric $arg_cost counts 1');
 like($n->error_log, qr/\[warn\][^\n]*abc/, '... and is logged at warn');
+
+# A number too large to represent is a cost no limit admits: rejected (never as 1), logged.
+for my $big ('1000000000001', '18446744073709551616', '9' x 400) {
+    my $short = length $big > 24 ? substr($big, 0, 12) . '...' : $big;
+    is(req("/c?k=g&cost=$big"), '429 r=10', "cost $short: rejected, nothing consumed");
+    for my $a (@algos) {
+        is(req("/alg/$a?k=big&cost=$big"), '429 r=10', "$a: cost $short rejected");
+    }
+}
+like($n->error_log, qr/\[error\][^\n]*limiting request by zone "q", quantity over 1000000000000 exceeds its capacity/,
+     'a cost too large is logged as a rejection');
+# The warning shows the value made safe: no control bytes, capped.
+{
+    my ($st) = $n->get('/h?k=h', { 'X-Cost' => "\x1b[31m" . ('x' x 300) });
+    is($st, 200, 'an invalid quantity from a header counts 1');
+    my ($line) = grep { /invalid quantity/ && /x{20}/ } split /\n/, $n->error_log;
+    ok($line && $line =~ /\\x1b\[31m/ && $line !~ /[\x00-\x1f]/ && length($line) < 400,
+       'an invalid quantity is logged escaped and capped') or diag($line);
+}
 
 # Each algorithm honours quantity.
 for my $a (@algos) {

@@ -1,5 +1,6 @@
 // Configuration numbers: rates, durations, bounded integers, and algorithm names.
 #include "core/algorithm.h"
+#include "core/policy.h"
 #include "core/rate.h"
 
 #include <gtest/gtest.h>
@@ -220,3 +221,28 @@ TEST(AlgoName, RejectsUnknownNames) {
 }
 
 }  // namespace
+
+TEST(ParseCost, NumbersInRange) {
+    EXPECT_EQ(rl::parse_cost("0"), 0);
+    EXPECT_EQ(rl::parse_cost("101"), 101);
+    EXPECT_EQ(rl::parse_cost("1000000000000"), rl::kMaxRequests);
+}
+
+TEST(ParseCost, NumbersTooLargeAreNeverAdmitted) {
+    EXPECT_EQ(rl::parse_cost("1000000000001"), rl::kCostTooLarge);
+    EXPECT_EQ(rl::parse_cost("18446744073709551616"), rl::kCostTooLarge);
+    EXPECT_EQ(rl::parse_cost(std::string(5000, '9')), rl::kCostTooLarge);
+    rl::Policy p;
+    p.algo = rl::Algo::gcra;
+    p.requests = rl::kMaxRequests;
+    p.burst = rl::kMaxRequests;  // the largest capacity the configuration accepts
+    EXPECT_GT(rl::kCostTooLarge, p.capacity());
+}
+
+TEST(ParseCost, WhatIsNotANumber) {
+    EXPECT_EQ(rl::parse_cost(""), -1);
+    EXPECT_EQ(rl::parse_cost("-1"), -1);
+    EXPECT_EQ(rl::parse_cost("1e3"), -1);
+    EXPECT_EQ(rl::parse_cost(" 5"), -1);
+    EXPECT_EQ(rl::parse_cost("abc"), -1);
+}

@@ -101,4 +101,13 @@ bool parse_duration(std::string_view text, int64_t& us) {
     return true;
 }
 
+int64_t parse_cost(std::string_view text) {
+    if (text.empty()) return -1;
+    for (char ch : text) {
+        if (ch < '0' || ch > '9') return -1;
+    }
+    int64_t cost;
+    return parse_int(text, 0, kMaxRequests, cost) ? cost : kCostTooLarge;
+}
+
 }  // namespace rl

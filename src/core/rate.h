@@ -22,4 +22,12 @@ bool parse_duration(std::string_view text, int64_t& us);
 // Decimal integer in [min, max]; no sign, no spaces.
 bool parse_int(std::string_view text, int64_t min, int64_t max, int64_t& out);
 
+// The cost of a number too large to represent: above every limit's capacity (at most
+// burst + 1 <= kMaxRequests + 1), so every algorithm rejects it (kNever).
+constexpr int64_t kCostTooLarge = kMaxRequests + 2;
+
+// A request's quantity from outside (a variable): its decimal value in [0, kMaxRequests];
+// kCostTooLarge for digits beyond that, however many; -1 for what is not a number.
+int64_t parse_cost(std::string_view text);
+
 }  // namespace rl

@@ -3,6 +3,7 @@
 // (without blocking the worker) until Redis answers or its timeout passes.
 #include "ratelimit.h"
 
+#include "core/log_text.h"
 #include "core/rate.h"
 
 namespace {
@@ -21,21 +22,24 @@ void rl_ctx_cleanup(void* data) noexcept {
     rl_redis_abandon(ctx);
 }
 
-int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, const rl_zone_t* zone) {
+int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* zone) {
     if (limit.quantity_cv == nullptr) return limit.quantity;
     ngx_str_t value;
     if (ngx_http_complex_value(r, limit.quantity_cv, &value) != NGX_OK) return 1;
-    int64_t cost;
     if (value.len == 0) return 1;
-    // Costs above what a limit can ever admit are rejected by the algorithm (kNever).
-    if (!rl::parse_int(rl_sv(value), 0, rl::kMaxRequests, cost)) {
+    // A number too large for any limit is rejected by the algorithm (kNever), as is one
+    // above this limit's capacity; only what is not a number at all counts 1.
+    int64_t cost = rl::parse_cost(rl_sv(value));
+    if (cost >= 0) return cost;
+    if (zone->quantity_warned != ngx_time()) {  // once a second per zone and worker
+        zone->quantity_warned = ngx_time();
+        char text[64];
+        size_t n = rl::log_text(value.data, value.len, text, sizeof(text));
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "ratelimit zone \"%V\": invalid quantity \"%V\", counted as 1", &zone->name, &value);
-        return 1;
+                      "ratelimit zone \"%V\": invalid quantity \"%*s\", counted as 1", &zone->name, n, text);
     }
-    return cost;
+    return 1;
 }
-
 
 // Rejected requests: the limit that takes longest to admit again decides.
 ngx_int_t pick_rejecting(const rl_result_t* res, ngx_uint_t n, int64_t* retry_us) {
@@ -68,6 +72,12 @@ void log_rejection(ngx_http_request_t* r, const rl_loc_conf_t* lcf, const rl_res
     const rl_zone_t* zone = res.applied->zone;
     int64_t wait = res.decision.retry_after_us;
     if (wait == rl::kNever) {
+        if (res.cost == rl::kCostTooLarge) {
+            ngx_log_error(lcf->log_level, r->connection->log, 0,
+                          "limiting request%s by zone \"%V\", quantity over %L exceeds its capacity",
+                          lcf->dry_run ? " (dry run)" : "", &zone->name, rl::kMaxRequests);
+            return;
+        }
         ngx_log_error(lcf->log_level, r->connection->log, 0,
                       "limiting request%s by zone \"%V\", quantity %L exceeds its capacity",
                       lcf->dry_run ? " (dry run)" : "", &zone->name, res.cost);

@@ -40,6 +40,7 @@ struct rl_zone_t {
     void* block;                 // the table's memory inside the zone
     size_t block_bytes;
     rl::TableHeader* table;
+    time_t quantity_warned;      // an invalid quantity is logged once a second (per worker)
 };
 
 // One `ratelimit` line as written.

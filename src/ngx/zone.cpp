@@ -324,7 +324,11 @@ void rl_refund_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
         rl_result_t& res = *results[i];
         if (!res.consumed) continue;
         rl::Slot* slot = slot_of(res);
-        if (slot != nullptr) rl::refund(slot->state, ring_of(res, slot), res.applied->policy, now, res.at, res.cost);
+        if (slot != nullptr) {
+            rl::refund(slot->state, ring_of(res, slot), res.applied->policy, now, res.at, res.cost);
+            // Headers report the state after the refund, as when shared memory alone rejects.
+            res.decision = rl::decide(slot->state, res.applied->policy, now, 0, ring_of(res, slot));
+        }
         res.consumed = false;
     }
     unlock_zones(locks, nlocks);
