@@ -152,6 +152,44 @@ C
     ['bad burst', <<'C', qr/invalid burst|burst/],
     ratelimit_zone z key=$arg_k rate=1r/s burst=x;   # BAD
 C
+    # A parameter given twice is refused, never one value silently dropped.
+    ['zone= twice', <<'C', qr/duplicate parameter "zone=" \("zone=z" and "zone=y"\) in "ratelimit" directive/],
+    ratelimit_zone z key=$arg_k rate=1r/s;
+    ratelimit_zone y key=$arg_k rate=1r/s;
+    ratelimit zone=z zone=y;   # BAD
+C
+    ['rate= twice', <<'C', qr/duplicate parameter "rate=" \("rate=5r\/s" and "rate=500r\/s"\) in "ratelimit_zone" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s rate=500r/s;   # BAD
+C
+    ['key= twice', <<'C', qr/duplicate parameter "key=" [^\n]* in "ratelimit_zone" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s key=$remote_addr;   # BAD
+C
+    ['algo= twice', <<'C', qr/duplicate parameter "algo=" [^\n]* in "ratelimit_zone" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s algo=gcra algo=fixed;   # BAD
+C
+    ['zone burst= twice', <<'C', qr/duplicate parameter "burst=" [^\n]* in "ratelimit_zone" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s burst=1 burst=2;   # BAD
+C
+    ['ratelimit burst= twice', <<'C', qr/duplicate parameter "burst=" [^\n]* in "ratelimit" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s;
+    ratelimit zone=z burst=1 burst=9;   # BAD
+C
+    ['quantity= twice', <<'C', qr/duplicate parameter "quantity=" [^\n]* in "ratelimit" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s;
+    ratelimit zone=z quantity=1 quantity=$arg_q;   # BAD
+C
+    ['ratelimit_redis timeout= twice', <<'C', qr/duplicate parameter "timeout=" [^\n]* in "ratelimit_redis" directive/],
+    ratelimit_redis r 127.0.0.1:6379 timeout=10ms timeout=1s;   # BAD
+C
+    ['ratelimit_redis password= twice', <<'C', qr/duplicate parameter "password=" [^\n]* in "ratelimit_redis" directive/],
+    ratelimit_redis r 127.0.0.1:6379 password=a password=b;   # BAD
+C
+    ['ratelimit_status out of range', <<'C', qr/value must be between 400 and 599 in "ratelimit_status" directive/],
+    ratelimit_status 200;   # BAD
+C
+    ['ratelimit_on_error unknown', <<'C', qr/invalid value "maybe", it must be one of "allow", "deny", "local" in "ratelimit_on_error" directive/],
+    ratelimit_on_error maybe;   # BAD
+C
 );
 
 for my $c (@cases) {
@@ -161,6 +199,7 @@ for my $c (@cases) {
     isnt($rc, 0, "$name: nginx -t fails");
     like($out, $re, "$name: message") or diag($out);
     like($out, qr/\Q in $file:$line\E\b/, "$name: names $file:$line") or diag($out);
+    like($out, qr/"ratelimit\w*" directive/, "$name: names the directive") or diag($out);
 }
 
 # Valid edge values are accepted.

@@ -4,6 +4,8 @@
 #include "core/headers.h"
 #include "core/rate.h"
 
+#include <cstdarg>
+
 namespace {
 
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
@@ -16,7 +18,9 @@ ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept;
 ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept;
 void rl_exit_process(ngx_cycle_t* cycle) noexcept;
 
-ngx_conf_num_bounds_t rl_status_bounds = {ngx_conf_check_num_bounds, 400, 599};
+char* rl_check_status(ngx_conf_t* cf, void* post, void* data) noexcept;
+ngx_conf_post_t rl_status_post = {rl_check_status};
+char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 
 ngx_conf_enum_t rl_headers_modes[] = {
     {ngx_string("off"), RL_HEADERS_OFF},
@@ -47,19 +51,19 @@ ngx_command_t rl_commands[] = {
     {ngx_string("ratelimit_redis"), NGX_HTTP_MAIN_CONF | NGX_CONF_2MORE, rl_redis_directive,
      NGX_HTTP_MAIN_CONF_OFFSET, 0, nullptr},
     {ngx_string("ratelimit_on_error"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, on_error), &rl_on_error_modes},
+     rl_set_enum, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, on_error), &rl_on_error_modes},
     {ngx_string("ratelimit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_1MORE,
      rl_limit_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
     {ngx_string("ratelimit_algo"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      rl_algo_directive, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, algo), nullptr},
     {ngx_string("ratelimit_status"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, status), &rl_status_bounds},
+     ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, status), &rl_status_post},
     {ngx_string("ratelimit_headers"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, headers), &rl_headers_modes},
+     rl_set_enum, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, headers), &rl_headers_modes},
     {ngx_string("ratelimit_dry_run"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
      ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, dry_run), nullptr},
     {ngx_string("ratelimit_log_level"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, log_level), &rl_log_levels},
+     rl_set_enum, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, log_level), &rl_log_levels},
     ngx_null_command,
 };
 
@@ -72,10 +76,38 @@ ngx_http_module_t rl_module_ctx = {
     rl_merge_loc_conf,
 };
 
+// ratelimit_status: nginx's own bounds check would not name the directive.
+char* rl_check_status(ngx_conf_t* cf, void*, void* data) noexcept {
+    ngx_int_t status = *static_cast<ngx_int_t*>(data);
+    if (status >= 400 && status <= 599) return NGX_CONF_OK;
+    rl_conf_error(cf, "value must be between 400 and 599");
+    return static_cast<char*>(NGX_CONF_ERROR);
+}
+
+// ngx_conf_set_enum_slot, with an error that names the directive and the values it takes.
+char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
+    auto* value = reinterpret_cast<ngx_uint_t*>(static_cast<char*>(conf) + cmd->offset);
+    if (*value != NGX_CONF_UNSET_UINT) return const_cast<char*>("is duplicate");
+    auto* arg = &static_cast<ngx_str_t*>(cf->args->elts)[1];
+    auto* e = static_cast<ngx_conf_enum_t*>(cmd->post);
+    u_char names[128];
+    u_char* p = names;
+    for (ngx_uint_t i = 0; e[i].name.len != 0; i++) {
+        if (e[i].name.len == arg->len && ngx_strcasecmp(e[i].name.data, arg->data) == 0) {
+            *value = e[i].value;
+            return NGX_CONF_OK;
+        }
+        p = ngx_slprintf(p, names + sizeof(names), i == 0 ? "\"%V\"" : ", \"%V\"", &e[i].name);
+    }
+    rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
+    return static_cast<char*>(NGX_CONF_ERROR);
+}
+
 // ratelimit zone=NAME [burst=N] [quantity=N|$variable]
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* lcf = static_cast<rl_loc_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
+    if (!rl_no_duplicate_params(cf, 1)) return static_cast<char*>(NGX_CONF_ERROR);
 
     rl_limit_t limit{};
     limit.quantity = 1;
@@ -87,14 +119,14 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         ngx_str_t v;
         if (rl_arg(a, "zone=", v)) {
             if (v.len == 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid zone name \"%V\"", &a);
+                rl_conf_error(cf, "invalid zone name \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             limit.shm_zone = ngx_shared_memory_add(cf, &v, 0, &ngx_http_ratelimit_module);
             if (limit.shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
         } else if (rl_arg(a, "burst=", v)) {
             if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.burst)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid burst \"%V\"", &a);
+                rl_conf_error(cf, "invalid burst \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             limit.burst_set = true;
@@ -109,17 +141,17 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                 if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
                 limit.quantity_cv = cv;
             } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.quantity)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid quantity \"%V\"", &a);
+                rl_conf_error(cf, "invalid quantity \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
         } else {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &a);
+            rl_conf_error(cf, "invalid parameter \"%V\"", &a);
             return static_cast<char*>(NGX_CONF_ERROR);
         }
     }
 
     if (limit.shm_zone == nullptr) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"%V\" must have \"zone\" parameter", &args[0]);
+        rl_conf_error(cf, "\"%V\" must have \"zone\" parameter", &args[0]);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
 
@@ -130,7 +162,7 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* limits = static_cast<rl_limit_t*>(lcf->limits->elts);
     for (ngx_uint_t i = 0; i < lcf->limits->nelts; i++) {
         if (limits[i].shm_zone == limit.shm_zone) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "zone \"%V\" is already applied here",
+            rl_conf_error(cf, "zone \"%V\" is already applied here",
                                &limit.shm_zone->shm.name);
             return static_cast<char*>(NGX_CONF_ERROR);
         }
@@ -147,7 +179,7 @@ char* rl_algo_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     if (lcf->algo != NGX_CONF_UNSET_UINT) return const_cast<char*>("is duplicate");
     rl::Algo algo;
     if (!rl::parse_algo(std::string_view(reinterpret_cast<char*>(args[1].data), args[1].len), algo)) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid algorithm \"%V\"", &args[1]);
+        rl_conf_error(cf, "invalid algorithm \"%V\"", &args[1]);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
     lcf->algo = static_cast<ngx_uint_t>(algo);
@@ -187,7 +219,8 @@ bool rl_resolve_zones(ngx_conf_t* cf) noexcept {
         if (zone->redis_name.len == 0) continue;
         zone->redis = rl_redis_find(mcf, zone->redis_name);
         if (zone->redis == nullptr) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "unknown ratelimit_redis \"%V\" in zone \"%V\" in %s:%ui",
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "unknown ratelimit_redis \"%V\" in zone \"%V\" in \"ratelimit_zone\" directive in %s:%ui",
                           &zone->redis_name, &zone->name, zone->file, zone->line);
             return false;
         }
@@ -235,19 +268,21 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         rl_limit_t& l = limits[i];
         auto* zone = static_cast<rl_zone_t*>(l.shm_zone->data);
         if (zone == nullptr) {
-            rl_limit_error(cf, l, "unknown ratelimit zone \"%V\" in %s:%ui", nullptr, nullptr);
+            rl_limit_error(cf, l, "unknown ratelimit zone \"%V\" in \"ratelimit\" directive in %s:%ui", nullptr, nullptr);
             return false;
         }
         rl::Policy p = zone->policy;
         if (!zone->algo_set) p.algo = static_cast<rl::Algo>(conf->algo);
         if (l.burst_set) p.burst = l.burst;
         if (!rl::is_bucket(p.algo) && (l.burst_set || zone->burst_set)) {
-            rl_limit_error(cf, l, "\"burst\" is not supported by the \"%V\" algorithm (zone \"%V\") in %s:%ui",
+            rl_limit_error(cf, l,
+                           "\"burst\" is not supported by the \"%V\" algorithm (zone \"%V\") in \"ratelimit\" directive "
+                           "in %s:%ui",
                            zone, rl::algo_name(p.algo).data());
             return false;
         }
         if (const char* why = rl::finish_policy(p)) {
-            rl_limit_error(cf, l, "%V in ratelimit zone \"%V\" in %s:%ui", zone, why);
+            rl_limit_error(cf, l, "%V in ratelimit zone \"%V\" in \"ratelimit\" directive in %s:%ui", zone, why);
             return false;
         }
         if (p.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, p, &l)) return false;
@@ -291,6 +326,33 @@ ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept { return rl_redis_init_pr
 void rl_exit_process(ngx_cycle_t* cycle) noexcept { rl_redis_exit_process(cycle); }
 
 }  // namespace
+
+void rl_conf_error(ngx_conf_t* cf, const char* fmt, ...) noexcept {
+    u_char msg[NGX_MAX_CONF_ERRSTR];
+    va_list args;
+    va_start(args, fmt);
+    u_char* p = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
+    va_end(args);
+    auto* name = static_cast<ngx_str_t*>(cf->args->elts);
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%*s in \"%V\" directive", static_cast<size_t>(p - msg), msg, &name[0]);
+}
+
+bool rl_no_duplicate_params(ngx_conf_t* cf, ngx_uint_t first) noexcept {
+    auto* args = static_cast<ngx_str_t*>(cf->args->elts);
+    for (ngx_uint_t i = first; i < cf->args->nelts; i++) {
+        u_char* eq = ngx_strlchr(args[i].data, args[i].data + args[i].len, '=');
+        if (eq == nullptr || ngx_strncmp(args[i].data, "unix:", 5) == 0) continue;  // not name=value
+        size_t n = static_cast<size_t>(eq - args[i].data) + 1;  // the name and its '='
+        for (ngx_uint_t j = first; j < i; j++) {
+            if (args[j].len >= n && ngx_strncmp(args[j].data, args[i].data, n) == 0) {
+                rl_conf_error(cf, "duplicate parameter \"%*s\" (\"%V\" and \"%V\")", n, args[i].data, &args[j],
+                              &args[i]);
+                return false;
+            }
+        }
+    }
+    return true;
+}
 
 extern "C" {
 ngx_module_t ngx_http_ratelimit_module = {

@@ -14,6 +14,13 @@ extern "C" ngx_module_t ngx_http_ratelimit_module;
 
 inline std::string_view rl_sv(const ngx_str_t& s) { return {reinterpret_cast<const char*>(s.data), s.len}; }
 
+// module.cpp: a configuration error that names the directive being read, as nginx's own do:
+// "<message> in "<directive>" directive in <file>:<line>".
+void rl_conf_error(ngx_conf_t* cf, const char* fmt, ...) noexcept;
+// Refuses a name=value parameter given twice in the directive being read (from argument
+// `first` on): one of the values would otherwise be dropped silently.
+bool rl_no_duplicate_params(ngx_conf_t* cf, ngx_uint_t first) noexcept;
+
 // A "name=value" directive argument: true, with `value` set, when `arg` starts with `prefix`.
 inline bool rl_arg(const ngx_str_t& arg, const char* prefix, ngx_str_t& value) {
     size_t n = ngx_strlen(prefix);

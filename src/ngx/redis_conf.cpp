@@ -29,11 +29,11 @@ bool parse_address(ngx_conf_t* cf, const ngx_str_t& text, rl_redis_t* redis) {
     u.url = text;
     u.default_port = 6379;
     if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
-        if (u.err) ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s in redis address \"%V\"", u.err, &text);
+        if (u.err) rl_conf_error(cf, "%s in redis address \"%V\"", u.err, &text);
         return false;
     }
     if (u.naddrs == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "no address for redis \"%V\"", &text);
+        rl_conf_error(cf, "no address for redis \"%V\"", &text);
         return false;
     }
     auto* a = static_cast<ngx_addr_t*>(ngx_array_push(redis->addrs));
@@ -148,6 +148,7 @@ bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply)
 char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* mcf = static_cast<rl_main_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
+    if (!rl_no_duplicate_params(cf, 2)) return static_cast<char*>(NGX_CONF_ERROR);
     auto* redis = static_cast<rl_redis_t*>(ngx_pcalloc(cf->pool, sizeof(rl_redis_t)));
     if (redis == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
     redis->name = args[1];
@@ -161,7 +162,7 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     if (redis->addrs == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
 
     if (rl_redis_find(mcf, redis->name) != nullptr) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate ratelimit_redis \"%V\"", &redis->name);
+        rl_conf_error(cf, "duplicate ratelimit_redis \"%V\"", &redis->name);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
 
@@ -178,40 +179,40 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         } else if (rl_arg(a, "database=", v)) {
             redis->database = ngx_atoi(v.data, v.len);
             if (redis->database == NGX_ERROR || redis->database > 1000000) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid database \"%V\"", &a);
+                rl_conf_error(cf, "invalid database \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
         } else if (rl_arg(a, "timeout=", v)) {
             if (!parse_msec(v, redis->timeout) || redis->timeout == 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid timeout \"%V\"", &a);
+                rl_conf_error(cf, "invalid timeout \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
         } else if (rl_arg(a, "connect_timeout=", v)) {
             if (!parse_msec(v, redis->connect_timeout) || redis->connect_timeout == 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid connect_timeout \"%V\"", &a);
+                rl_conf_error(cf, "invalid connect_timeout \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             connect_timeout_set = true;
         } else if (rl_arg(a, "prefix=", v)) {
             // Keys are laid out as prefix{zone:hash}: a brace in the prefix would move the hash tag.
             if (ngx_strlchr(v.data, v.data + v.len, '{') || ngx_strlchr(v.data, v.data + v.len, '}')) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid prefix \"%V\": braces are not allowed", &v);
+                rl_conf_error(cf, "invalid prefix \"%V\": braces are not allowed", &v);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             redis->prefix = v;
         } else if (rl_arg(a, "max_pending=", v)) {
             ngx_int_t n = ngx_atoi(v.data, v.len);
             if (n == NGX_ERROR || n < 1) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid max_pending \"%V\"", &a);
+                rl_conf_error(cf, "invalid max_pending \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             redis->max_pending = static_cast<ngx_uint_t>(n);
         } else if (ngx_strlchr(a.data, a.data + a.len, '=') != nullptr && ngx_strncmp(a.data, "unix:", 5) != 0) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &a);
+            rl_conf_error(cf, "invalid parameter \"%V\"", &a);
             return static_cast<char*>(NGX_CONF_ERROR);
         } else {
             if (!redis->cluster && redis->addrs->nelts == 1) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                rl_conf_error(cf,
                                    "ratelimit_redis \"%V\" has more than one address: use \"cluster\" for seed nodes",
                                    &redis->name);
                 return static_cast<char*>(NGX_CONF_ERROR);
@@ -220,17 +221,17 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         }
     }
     if (redis->addrs->nelts == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratelimit_redis \"%V\" needs an address", &redis->name);
+        rl_conf_error(cf, "ratelimit_redis \"%V\" needs an address", &redis->name);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
     if (redis->username.len && !redis->password.len) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratelimit_redis \"%V\": \"username\" needs \"password\"",
+        rl_conf_error(cf, "ratelimit_redis \"%V\": \"username\" needs \"password\"",
                            &redis->name);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
     if (!connect_timeout_set && redis->connect_timeout < redis->timeout) redis->connect_timeout = redis->timeout;
     if (redis->cluster && redis->database) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratelimit_redis \"%V\": a cluster has only database 0",
+        rl_conf_error(cf, "ratelimit_redis \"%V\": a cluster has only database 0",
                            &redis->name);
         return static_cast<char*>(NGX_CONF_ERROR);
     }

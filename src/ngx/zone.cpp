@@ -77,6 +77,7 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* mcf = static_cast<rl_main_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
+    if (!rl_no_duplicate_params(cf, 2)) return static_cast<char*>(NGX_CONF_ERROR);
     auto* zone = static_cast<rl_zone_t*>(ngx_pcalloc(cf->pool, sizeof(rl_zone_t)));
     if (zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
     zone->name = args[1];
@@ -84,14 +85,14 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     zone->line = cf->conf_file->line;
     // The name appears in response headers and Redis keys: keep it short, in a safe alphabet.
     if (zone->name.len > rl::kMaxZoneLen) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "zone name \"%V\" is too long (%uz bytes at most)", &zone->name,
+        rl_conf_error(cf, "zone name \"%V\" is too long (%uz bytes at most)", &zone->name,
                            rl::kMaxZoneLen);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
     for (size_t i = 0; i < zone->name.len; i++) {
         u_char ch = zone->name.data[i];
         if (!(isalnum(ch) || ch == '_' || ch == '-' || ch == '.')) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+            rl_conf_error(cf,
                                "invalid zone name \"%V\": only letters, digits, \"_\", \"-\" and \".\" are allowed",
                                &zone->name);
             return static_cast<char*>(NGX_CONF_ERROR);
@@ -113,63 +114,63 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             have_key = true;
         } else if (rl_arg(a, "rate=", v)) {
             if (!rl::parse_rate(rl_sv(v), zone->policy.requests, zone->policy.period_us)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid rate \"%V\"", &a);
+                rl_conf_error(cf, "invalid rate \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             have_rate = true;
         } else if (rl_arg(a, "requests=", v)) {
             if (!rl::parse_int(rl_sv(v), 1, rl::kMaxRequests, zone->policy.requests)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid requests \"%V\"", &a);
+                rl_conf_error(cf, "invalid requests \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             have_requests = true;
         } else if (rl_arg(a, "period=", v)) {
             if (!rl::parse_duration(rl_sv(v), zone->policy.period_us)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid period \"%V\"", &a);
+                rl_conf_error(cf, "invalid period \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             have_period = true;
         } else if (rl_arg(a, "burst=", v)) {
             if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, zone->policy.burst)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid burst \"%V\"", &a);
+                rl_conf_error(cf, "invalid burst \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             zone->burst_set = true;
         } else if (rl_arg(a, "size=", v)) {
             ssize_t n = ngx_parse_size(&v);
             if (n == NGX_ERROR) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid size \"%V\"", &a);
+                rl_conf_error(cf, "invalid size \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             if (n < static_cast<ssize_t>(8 * ngx_pagesize)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "zone \"%V\" is too small", &zone->name);
+                rl_conf_error(cf, "zone \"%V\" is too small", &zone->name);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             size = static_cast<size_t>(n);
         } else if (rl_arg(a, "redis=", v)) {
             zone->redis_name = v;
             if (zone->redis_name.len == 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &a);
+                rl_conf_error(cf, "invalid parameter \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
         } else if (rl_arg(a, "algo=", v)) {
             if (!rl::parse_algo(rl_sv(v), zone->policy.algo)) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid algorithm \"%V\"", &v);
+                rl_conf_error(cf, "invalid algorithm \"%V\"", &v);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             zone->algo_set = true;
         } else {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid parameter \"%V\"", &a);
+            rl_conf_error(cf, "invalid parameter \"%V\"", &a);
             return static_cast<char*>(NGX_CONF_ERROR);
         }
     }
 
     if (!have_key) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"key\" is required in ratelimit zone \"%V\"", &zone->name);
+        rl_conf_error(cf, "\"key\" is required in ratelimit zone \"%V\"", &zone->name);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
     if (have_rate == (have_requests && have_period) || have_requests != have_period) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+        rl_conf_error(cf,
                            "\"rate\" or \"requests\" and \"period\" are required in ratelimit zone \"%V\", "
                            "not both", &zone->name);
         return static_cast<char*>(NGX_CONF_ERROR);
@@ -177,21 +178,21 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     if (zone->algo_set && zone->burst_set && !rl::is_bucket(zone->policy.algo)) {
         std::string_view name = rl::algo_name(zone->policy.algo);
         ngx_str_t algo{name.size(), reinterpret_cast<u_char*>(const_cast<char*>(name.data()))};
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "\"burst\" is not supported by the \"%V\" algorithm", &algo);
+        rl_conf_error(cf, "\"burst\" is not supported by the \"%V\" algorithm", &algo);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
 
     rl::Policy check = zone->policy;
     if (!zone->algo_set) check.algo = rl::Algo::gcra;
     if (const char* why = rl::finish_policy(check)) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "ratelimit zone \"%V\": %s", &zone->name, why);
+        rl_conf_error(cf, "ratelimit zone \"%V\": %s", &zone->name, why);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
 
     ngx_shm_zone_t* shm_zone = ngx_shared_memory_add(cf, &zone->name, size, &ngx_http_ratelimit_module);
     if (shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
     if (shm_zone->data != nullptr) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate zone \"%V\"", &zone->name);
+        rl_conf_error(cf, "duplicate zone \"%V\"", &zone->name);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
     zone->shm_zone = shm_zone;
@@ -213,12 +214,13 @@ bool rl_zone_check_log_fits(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& p
     uint32_t slot = rl::slot_size_for(rl::ring_bytes(policy));
     if (rl::table_capacity(usable_bytes(zone->shm_zone->shm.size), slot) > 0) return true;
     if (where == nullptr) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+        rl_conf_error(cf,
                            "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key)",
                            &zone->name, policy.requests, slot);
     } else {
         ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                      "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key) in %s:%ui",
+                      "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key) in \"ratelimit\" "
+                      "directive in %s:%ui",
                       &zone->name, policy.requests, slot, where->file, where->line);
     }
     return false;
