@@ -1,4 +1,5 @@
 // The shared-memory slot table: lookup, exact LRU eviction, layout bounds.
+#include "core/key_hash.h"
 #include "core/slot_table.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,8 @@
 namespace {
 
 rl::KeyHash h(uint64_t i) { return rl::KeyHash{i * 0x9e3779b97f4a7c15ULL + 1, i}; }
+
+constexpr uint64_t kSecret = 0x2545f4914f6cdd1dULL;
 
 struct Block {
     explicit Block(size_t n) : mem(n / 8 + 1) {}
@@ -27,7 +30,7 @@ TEST(SlotTable, SlotIs56BytesAndAKeyCostsAbout60) {
 
 TEST(SlotTable, FindsWhatItCreated) {
     Block b(64 * 1024);
-    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0));
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0), kSecret);
     ASSERT_NE(t, nullptr);
     bool fresh = false;
     rl::Slot* s = rl::table_acquire(t, h(1), 0, &fresh);
@@ -41,7 +44,7 @@ TEST(SlotTable, FindsWhatItCreated) {
 
 TEST(SlotTable, SameKeyUnderTwoAlgorithmsHasTwoStates) {
     Block b(64 * 1024);
-    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0));
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0), kSecret);
     rl::Slot* a = rl::table_acquire(t, h(7), 0, nullptr);
     rl::Slot* f = rl::table_acquire(t, h(7), 4, nullptr);
     EXPECT_NE(a, f);
@@ -53,7 +56,7 @@ TEST(SlotTable, SameKeyUnderTwoAlgorithmsHasTwoStates) {
 
 TEST(SlotTable, HashesDifferingInOneHalfAreDistinctKeys) {
     Block b(64 * 1024);
-    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0));
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0), kSecret);
     rl::Slot* x = rl::table_acquire(t, rl::KeyHash{5, 1}, 0, nullptr);
     rl::Slot* y = rl::table_acquire(t, rl::KeyHash{5, 2}, 0, nullptr);
     EXPECT_NE(x, y);
@@ -61,7 +64,7 @@ TEST(SlotTable, HashesDifferingInOneHalfAreDistinctKeys) {
 
 TEST(SlotTable, FullTableEvictsTheLeastRecentlyUsed) {
     Block b(16 * 1024);
-    rl::TableHeader* t = rl::table_format(b.data(), 16 * 1024, rl::slot_size_for(0));
+    rl::TableHeader* t = rl::table_format(b.data(), 16 * 1024, rl::slot_size_for(0), kSecret);
     ASSERT_NE(t, nullptr);
     const uint32_t n = t->nslots;
     ASSERT_GT(n, 10u);
@@ -87,7 +90,7 @@ TEST(SlotTable, ChurnKeepsEveryLiveKeyReachable) {
     // Random traffic over more keys than fit: after each step the last `n` distinct keys touched
     // must all be present with their own values (exact LRU).
     Block b(8 * 1024);
-    rl::TableHeader* t = rl::table_format(b.data(), 8 * 1024, rl::slot_size_for(0));
+    rl::TableHeader* t = rl::table_format(b.data(), 8 * 1024, rl::slot_size_for(0), kSecret);
     const uint32_t n = t->nslots;
     std::mt19937_64 rng(1);
     std::vector<uint64_t> recent;  // most recent last, distinct
@@ -113,7 +116,7 @@ TEST(SlotTable, RingFollowsTheSlotAndStartsZeroed) {
     const uint32_t size = rl::slot_size_for(100 * sizeof(int64_t));
     EXPECT_EQ(size, 56u + 800u);
     Block b(64 * 1024);
-    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, size);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, size, kSecret);
     ASSERT_NE(t, nullptr);
     rl::Slot* s = rl::table_acquire(t, h(3), 5, nullptr);
     int64_t* ring = rl::slot_ring(s);
@@ -128,7 +131,7 @@ TEST(SlotTable, TooSmallBlocksHoldNothing) {
     EXPECT_EQ(rl::table_capacity(64, rl::slot_size_for(0)), 0u);
     EXPECT_EQ(rl::table_capacity(1 << 20, rl::slot_size_for(8ull << 20)), 0u);
     std::vector<uint64_t> tiny(8);
-    EXPECT_EQ(rl::table_format(tiny.data(), 64, rl::slot_size_for(0)), nullptr);
+    EXPECT_EQ(rl::table_format(tiny.data(), 64, rl::slot_size_for(0), kSecret), nullptr);
 }
 
 TEST(SlotTable, LayoutStaysInsideTheBlock) {
@@ -136,7 +139,7 @@ TEST(SlotTable, LayoutStaysInsideTheBlock) {
         for (uint32_t ring : {0u, 8u, 800u}) {
             uint32_t ss = rl::slot_size_for(ring);
             std::vector<uint8_t> mem(bytes + 64, 0xAB);
-            rl::TableHeader* t = rl::table_format(mem.data(), bytes, ss);
+            rl::TableHeader* t = rl::table_format(mem.data(), bytes, ss, kSecret);
             if (!t) continue;
             for (uint64_t i = 0; i < uint64_t{t->nslots} * 2; i++) rl::table_acquire(t, h(i), 0, nullptr);
             for (size_t i = bytes; i < bytes + 64; i++) ASSERT_EQ(mem[i], 0xAB) << bytes << " " << ring;
@@ -145,3 +148,50 @@ TEST(SlotTable, LayoutStaysInsideTheBlock) {
 }
 
 }  // namespace
+
+namespace {
+
+// The bucket index before it was keyed: public, so keys could be chosen offline to share one.
+uint32_t public_bucket(const rl::KeyHash& k, uint32_t nbuckets) {
+    uint64_t mix = k.lo ^ 0;  // algo 0
+    return static_cast<uint32_t>(mix >> 32 ^ mix) & (nbuckets - 1);
+}
+
+// Keys whose public-constant hashes all had bucket 0 of `nbuckets`.
+std::vector<rl::KeyHash> crafted(uint32_t nbuckets, size_t n) {
+    std::vector<rl::KeyHash> keys;
+    char text[32];
+    for (uint64_t i = 0; keys.size() < n; i++) {
+        int len = snprintf(text, sizeof(text), "k%llu", static_cast<unsigned long long>(i));
+        rl::KeyHash k = rl::hash_key(text, static_cast<size_t>(len), rl::kDefaultHashK0, rl::kDefaultHashK1);
+        if (public_bucket(k, nbuckets) == 0) keys.push_back(k);
+    }
+    return keys;
+}
+
+}  // namespace
+
+TEST(SlotTable, KeysChosenForOneBucketSpreadUnderASecret) {
+    Block b(256 * 1024);
+    for (uint64_t secret : {kSecret, uint64_t{0x9e3779b97f4a7c15ULL}, uint64_t{12345}}) {
+        rl::TableHeader* t = rl::table_format(b.data(), 256 * 1024, rl::slot_size_for(0), secret);
+        ASSERT_NE(t, nullptr);
+        std::vector<rl::KeyHash> keys = crafted(t->nbuckets, 400);
+        for (const auto& k : keys) rl::table_acquire(t, k, 0, nullptr);
+        uint32_t longest = 0;
+        for (const auto& k : keys) longest = std::max(longest, rl::table_chain_length(t, k, 0));
+        // 400 keys in 4096 buckets: chains of a few at most, as for random keys (400 in one
+        // chain under the old public index).
+        EXPECT_LE(longest, 6u) << "secret " << secret << ", " << t->nbuckets << " buckets";
+    }
+}
+
+TEST(SlotTable, TheSecretIsKeptInTheTable) {
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0), 42);
+    EXPECT_EQ(t->secret, 43u);  // made odd
+    rl::table_acquire(t, h(1), 0, nullptr)->state.a = 7;
+    // A reload finds the same table, secret included, so every key is where it was.
+    EXPECT_TRUE(rl::table_compatible(t, rl::slot_size_for(0)));
+    EXPECT_EQ(rl::table_acquire(t, h(1), 0, nullptr)->state.a, 7);
+}

@@ -6,7 +6,7 @@ namespace rl {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x524c5431;  // "RLT1": bump when the layout changes
+constexpr uint32_t kMagic = 0x524c5432;  // "RLT2": bump when the layout changes
 
 uint32_t* buckets(TableHeader* t) { return reinterpret_cast<uint32_t*>(t + 1); }
 
@@ -21,9 +21,12 @@ Slot* slot_at(TableHeader* t, uint32_t ref) {  // ref = index + 1
 }
 
 uint32_t bucket_of(const TableHeader* t, const KeyHash& h, uint8_t algo) {
+    // Multiply-shift (Dietzfelbinger et al.): with a random odd multiplier, two distinct
+    // 64-bit inputs share a bucket with probability at most 2 / nbuckets, whoever chose them.
     // The algorithm takes part so one key under two algorithms does not share a chain head.
-    uint64_t mix = h.lo ^ (uint64_t{algo} * 0x9e3779b97f4a7c15ULL);
-    return static_cast<uint32_t>(mix >> 32 ^ mix) & (t->nbuckets - 1);
+    if (t->bucket_bits == 0) return 0;
+    uint64_t x = h.lo ^ (uint64_t{algo} * 0x9e3779b97f4a7c15ULL);
+    return static_cast<uint32_t>((x * t->secret) >> (64 - t->bucket_bits));
 }
 
 void lru_unlink(TableHeader* t, Slot* s) {
@@ -92,7 +95,7 @@ bool table_compatible(const TableHeader* t, uint32_t slot_size) {
     return t != nullptr && t->magic == kMagic && t->slot_size == slot_size;
 }
 
-TableHeader* table_format(void* mem, size_t bytes, uint32_t slot_size) {
+TableHeader* table_format(void* mem, size_t bytes, uint32_t slot_size, uint64_t secret) {
     uint32_t nb, n;
     if (!layout(bytes, slot_size, &nb, &n)) return nullptr;
     auto* t = static_cast<TableHeader*>(mem);
@@ -100,6 +103,8 @@ TableHeader* table_format(void* mem, size_t bytes, uint32_t slot_size) {
     t->magic = kMagic;
     t->slot_size = slot_size;
     t->nbuckets = nb;
+    while ((uint32_t{1} << t->bucket_bits) < nb) t->bucket_bits++;
+    t->secret = secret | 1;
     t->nslots = n;
     std::memset(buckets(t), 0, size_t{t->nbuckets} * sizeof(uint32_t));
     return t;
@@ -140,6 +145,12 @@ Slot* table_acquire(TableHeader* t, const KeyHash& hash, uint8_t algo, bool* fre
     lru_push_front(t, s, ref);
     if (fresh) *fresh = true;
     return s;
+}
+
+uint32_t table_chain_length(TableHeader* t, const KeyHash& hash, uint8_t algo) {
+    uint32_t n = 0;
+    for (uint32_t ref = buckets(t)[bucket_of(t, hash, algo)]; ref; ref = slot_at(t, ref)->chain) n++;
+    return n;
 }
 
 }  // namespace rl

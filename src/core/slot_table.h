@@ -2,6 +2,10 @@
 // (nginx shared memory). Plain data and 32-bit offsets only, so every worker can use it at
 // whatever address, and it survives a reload untouched. The caller serialises access.
 //
+// Key hashes are public (the same on every host, for Redis), so a client could choose keys
+// whose hashes share a bucket and make every lookup walk one long chain. The bucket index is
+// therefore a keyed multiply-shift of the hash with a random secret of the table's own.
+//
 // A slot is 56 bytes (hash, chain, LRU links, algorithm, State) plus, for the sliding log,
 // its ring of timestamps. A bucket head is 4 bytes, so a plain key costs about 60 bytes.
 #pragma once
@@ -31,8 +35,9 @@ struct TableHeader {
     uint32_t used;        // slots ever handed out; they are recycled only by eviction
     uint32_t lru_head;    // most recently used, index + 1
     uint32_t lru_tail;    // least recently used, index + 1
-    uint32_t pad;
+    uint32_t bucket_bits; // nbuckets == 1 << bucket_bits
     uint64_t evictions;
+    uint64_t secret;      // odd, random: the bucket index's multiplier
 };
 
 // Bytes one slot takes for a ring of `ring_bytes`.
@@ -47,8 +52,12 @@ bool table_compatible(const TableHeader* t, uint32_t slot_size);
 // How many timestamps the ring of each slot holds.
 inline uint64_t ring_capacity(const TableHeader* t) { return (t->slot_size - sizeof(Slot)) / sizeof(int64_t); }
 
-// Lays out an empty table over [mem, mem + bytes); nullptr if not one slot fits.
-TableHeader* table_format(void* mem, size_t bytes, uint32_t slot_size);
+// Lays out an empty table over [mem, mem + bytes); nullptr if not one slot fits. `secret`
+// should be random (it is made odd): it places keys in buckets.
+TableHeader* table_format(void* mem, size_t bytes, uint32_t slot_size, uint64_t secret);
+
+// How many slots share the bucket of (hash, algo), the key's own included if present.
+uint32_t table_chain_length(TableHeader* t, const KeyHash& hash, uint8_t algo);
 
 // The slot of (hash, algo), created if absent (zeroed: a fresh key) by recycling the least
 // recently used slot when the table is full. Marks it most recently used. Never fails.

@@ -6,6 +6,8 @@
 #include "core/redis_command.h"
 #include "core/refund.h"
 
+#include <sys/random.h>
+
 namespace {
 
 constexpr size_t kDefaultZoneSize = 1024 * 1024;
@@ -23,6 +25,22 @@ uint32_t zone_slot_size(const rl_zone_t* zone) {
     return rl::slot_size_for(zone->uses_log ? rl::ring_bytes(p) : 0);
 }
 
+// The secret that places keys in the table's buckets: random, so that no client can choose
+// keys that share one; made once, when the table is laid out, and kept with it across reloads.
+uint64_t table_secret(ngx_log_t* log) {
+    uint64_t secret = 0;
+    if (getrandom(&secret, sizeof(secret), GRND_NONBLOCK) != static_cast<ssize_t>(sizeof(secret))) {
+        // Only at very early boot, before the kernel's pool is ready: less secret, still not public.
+        ngx_log_error(NGX_LOG_WARN, log, ngx_errno, "ratelimit: getrandom() failed, the zone's secret is weaker");
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        secret = (static_cast<uint64_t>(ts.tv_nsec) << 32) ^ static_cast<uint64_t>(ts.tv_sec) ^
+                 (static_cast<uint64_t>(ngx_pid) << 16) ^ reinterpret_cast<uintptr_t>(&secret);
+        secret *= 0x9e3779b97f4a7c15ULL;
+    }
+    return secret;
+}
+
 ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     auto* zone = static_cast<rl_zone_t*>(shm_zone->data);
     auto* old = static_cast<rl_zone_t*>(data);
@@ -37,7 +55,8 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
             return NGX_OK;
         }
         ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
-                      "ratelimit zone \"%V\": sliding log use changed, its state is reset", &zone->name);
+                      "ratelimit zone \"%V\": its table's layout changed (sliding log use, or a new version of "
+                      "the module), its state is reset", &zone->name);
     } else {
         zone->shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
         if (shm_zone->shm.exists) {
@@ -58,16 +77,17 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         }
     }
 
+    uint64_t secret = table_secret(shm_zone->shm.log);
     ngx_shmtx_lock(&zone->shpool->mutex);
-    zone->table = rl::table_format(zone->block, zone->block_bytes, slot_size);
+    zone->table = rl::table_format(zone->block, zone->block_bytes, slot_size, secret);
     ngx_shmtx_unlock(&zone->shpool->mutex);
     if (zone->table == nullptr) {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
                       "ratelimit zone \"%V\" is too small for one key of %uD bytes", &zone->name, slot_size);
         return NGX_ERROR;
     }
-    ngx_log_error(NGX_LOG_INFO, shm_zone->shm.log, 0, "ratelimit zone \"%V\": %uD keys of %uD bytes",
-                  &zone->name, zone->table->nslots, slot_size);
+    ngx_log_error(NGX_LOG_INFO, shm_zone->shm.log, 0, "ratelimit zone \"%V\": %uD keys of %uD bytes, %uD buckets",
+                  &zone->name, zone->table->nslots, slot_size, zone->table->nbuckets);
     return NGX_OK;
 }
 
