@@ -1,4 +1,5 @@
-// Per-key state: plain data, fixed size, safe to keep in shared memory and in a Redis hash.
+// Per-key state: plain data, fixed size, kept in a shared-memory slot or, in Redis, as one
+// 24-byte string (three little-endian doubles, exact below 2^53: see redis_script.cpp).
 // The meaning of the three fields depends on the algorithm (see each algorithm's file);
 // a zeroed State is a fresh key for every algorithm.
 #pragma once
