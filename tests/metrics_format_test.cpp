@@ -82,7 +82,7 @@ TEST(MetricsFormat, DoublesAreShortAndExact) {
     EXPECT_EQ(f(0.1), "0.1");
     EXPECT_EQ(f(1), "1");
     EXPECT_EQ(f(0), "0");
-    EXPECT_EQ(f(1.0 / 3), "0.33333333333333331");
+    EXPECT_EQ(f(1.0 / 3), "0.3333333333333333");
     EXPECT_EQ(f(HUGE_VAL), "+Inf");
     EXPECT_EQ(f(-HUGE_VAL), "-Inf");
     EXPECT_EQ(f(NAN), "NaN");

@@ -142,6 +142,11 @@ rl_conn_op_t* op_alloc(rl_conn_shared_t* shared) {
 
 void op_free(rl_conn_shared_t* shared, rl_conn_op_t* op) { ngx_queue_insert_head(&shared->free_ops, &op->queue); }
 
+// A connection lost before it was up was refused (a refusal may show as a failed read first).
+rl_redis_error_e lost(const rl_conn_t* conn) {
+    return conn->state == RL_CONN_CONNECTING ? RL_REDIS_ERR_REFUSED : RL_REDIS_ERR_RESET;
+}
+
 bool out_reserve(rl_conn_t* conn, size_t more) {
     if (conn->out_sent > 0 && conn->out_sent == conn->out_len) conn->out_sent = conn->out_len = 0;
     if (conn->out_len + more <= conn->out_cap) return true;
@@ -217,7 +222,7 @@ bool write_some(rl_conn_t* conn, const u_char* buf, size_t* sent, size_t len) {
         ssize_t n = c->send(c, const_cast<u_char*>(buf) + *sent, len - *sent);
         if (n == NGX_AGAIN) break;
         if (n == NGX_ERROR || n <= 0) {
-            conn_fail(conn, RL_REDIS_ERR_RESET, ngx_socket_errno, "write failed");
+            conn_fail(conn, lost(conn), ngx_socket_errno, "write failed");
             return false;
         }
         *sent += static_cast<size_t>(n);
@@ -327,11 +332,11 @@ void on_read(ngx_event_t* rev) noexcept {
         ssize_t n = c->recv(c, buf, sizeof(buf));
         if (n == NGX_AGAIN) break;
         if (n == 0) {
-            conn_fail(conn, RL_REDIS_ERR_RESET, 0, "connection closed by Redis");
+            conn_fail(conn, lost(conn), 0, "connection closed by Redis");
             return;
         }
         if (n == NGX_ERROR) {
-            conn_fail(conn, RL_REDIS_ERR_RESET, ngx_socket_errno, "read failed");
+            conn_fail(conn, lost(conn), ngx_socket_errno, "read failed");
             return;
         }
         if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(buf), static_cast<size_t>(n)) != REDIS_OK) {
