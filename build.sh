@@ -48,7 +48,7 @@ test_deps() {
     # redis-server and redis-cli: the tests start their own servers and clusters on loopback.
     ensure_packages cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
         libhiredis-dev:/usr/include/hiredis/hiredis.h redis-server:redis-server redis-tools:redis-cli \
-        perl:prove curl:curl
+        perl:prove curl:curl prometheus:promtool python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client
 }
 
 # Configures (once per source tree and flags) and builds the module into $1 with extra cc opts $2.

@@ -292,4 +292,11 @@ ok(rv('errors_total', $odd, reason => 'reset') >= 1, 'Redis killed: reset');
 is(rv('in_flight', $odd), 0, 'Redis killed: nothing in flight');
 
 unlike($n->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert, crit or emerg in the error log');
+
+# The examples' scrape configuration and alerting rules are valid.
+my $examples = repo_root() . '/examples';
+for my $check (['rules', 'ratelimit-alerts.yml'], ['config', 'prometheus.yml']) {
+    my $out = `cd $examples && $PROMTOOL check @$check 2>&1`;
+    is($?, 0, "promtool check @$check") or diag($out);
+}
 done_testing();
