@@ -1,6 +1,7 @@
 # ratelimit_metrics: after a known sequence of requests over both workers, the scrape says
 # exactly what was sent (results by kind, zone keys and evictions, Redis calls, checks, errors
-# by reason, the round-trip histogram), keeps its counters over a reload, is clean for
+# by reason, the round-trip histogram, Redis Cluster redirects), keeps its counters over a
+# reload, is clean for
 # `promtool check metrics` and is read by prometheus_client's own parser (not regexes).
 use strict;
 use warnings;
@@ -291,7 +292,64 @@ sleep 0.3;
 ok(rv('errors_total', $odd, reason => 'reset') >= 1, 'Redis killed: reset');
 is(rv('in_flight', $odd), 0, 'Redis killed: nothing in flight');
 
-unlike($n->error_log, qr/\[(alert|crit|emerg)\]/, 'no alert, crit or emerg in the error log');
+unlike($n->error_log, qr/\[(alert|crit|emerg)\]/, 'redis: no alert, crit or emerg in the error log');
+
+$n->stop;
+
+# ------------------------------------------------------------- Redis Cluster redirects
+
+my $c = start_redis_cluster(primaries => 3);
+$n = start_nginx(<<"EOF");
+    ratelimit_redis rc cluster ${\ $c->seeds} timeout=150ms;
+    ratelimit_zone cz key=\$arg_k rate=1000r/s burst=1000 redis=rc;
+    server {
+        listen 127.0.0.1:%%PORT%% reuseport;
+        ratelimit_on_error deny;
+        location /c { ratelimit zone=cz; empty_gif; }
+        location = /metrics { ratelimit_metrics; }
+    }
+EOF
+my $deadline = time + 5;
+sleep 0.05 until (($n->get('/c?k=ready'))[0] // '') eq '200' || time > $deadline;
+
+# A request for key $k: its status, and the primary, slot and name of the Redis key it created.
+my %seen;
+sub new_key {
+    my ($k) = @_;
+    my ($st) = $n->get("/c?k=$k");
+    my ($new) = grep { !$seen{ $_->[0] }++ } $c->scan('rl:{cz:*');
+    return ($st, $new ? ($new->[1], $c->keyslot($new->[0]), $new->[0]) : ());
+}
+new_key('ready');
+
+# ASK: the slot is migrating and the key has moved; CLUSTER SLOTS still names the source,
+# so every request for the key is redirected once.
+my ($st0, $from, $slot, $rkey) = new_key('ask');
+is($st0, '200', 'cluster: a first request');
+my ($to) = grep { $_->port != $from->port } $c->primaries;
+$c->begin_migration($slot, $to, $rkey);
+my @st = map { ($n->get('/c?k=ask'))[0] } 1 .. 4;
+is("@st", '200 200 200 200', 'cluster: requests for a key in migration pass');
+($v) = scrape($n, 'cluster, ASK');
+is(rv('redirects_total', 'rc', kind => 'ask'), 4, 'cluster: one ASK per request');
+$c->finish_migration($slot);
+
+# MOVED: the slot moved; a worker learns it from the first MOVED (or from its periodic refresh
+# of the slot map, once a second: then tried again with another slot).
+my $moved = 0;
+for my $try (1 .. 3) {
+    my (undef, $owner, $mslot) = new_key("moved$try");
+    my ($dest) = grep { $_->port != $owner->port } $c->primaries;
+    $c->migrate_slot($mslot, $dest);
+    @st = map { (http_request($n->port, "/c?k=moved$try"))[0] } 1 .. 10;
+    is("@st", join(' ', ('200') x 10), "cluster: requests for a key whose slot moved pass (try $try)");
+    ($v) = scrape($n, "cluster, MOVED (try $try)");
+    $moved = rv('redirects_total', 'rc', kind => 'moved');
+    last if $moved > 0;
+}
+ok($moved >= 1, "cluster: MOVED counted ($moved)");
+is(rv('redirects_total', 'rc', kind => 'ask'), 4, 'cluster: no more ASK');
+unlike($n->error_log, qr/\[(alert|crit|emerg)\]/, 'cluster: no alert, crit or emerg in the error log');
 
 # The examples' scrape configuration and alerting rules are valid.
 my $examples = repo_root() . '/examples';
