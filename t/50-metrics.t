@@ -1,8 +1,8 @@
 # ratelimit_metrics: after a known sequence of requests over both workers, the scrape says
 # exactly what was sent (results by kind, zone keys and evictions, Redis calls, checks, errors
 # by reason, the round-trip histogram, Redis Cluster redirects), keeps its counters over a
-# reload, is clean for
-# `promtool check metrics` and is read by prometheus_client's own parser (not regexes).
+# reload, is clean for `promtool check metrics` and is read by prometheus_client's own parser
+# (not regexes).
 use strict;
 use warnings;
 use FindBin;
