@@ -52,7 +52,7 @@ test_deps() {
     # redis-server and redis-cli: the tests start their own servers and clusters on loopback.
     ensure_packages cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
         libhiredis-dev:/usr/include/hiredis/hiredis.h redis-server:redis-server redis-tools:redis-cli \
-        perl:prove curl:curl wrk:wrk
+        perl:prove curl:curl wrk:wrk prometheus:promtool python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client
 }
 
 # Configures the nginx tree $1 with objects in $2 (once per tree, arguments and module

@@ -180,6 +180,7 @@ void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
         if (denied && !lcf->dry_run) ctx->verdict = NGX_HTTP_SERVICE_UNAVAILABLE;
     }
     if (failed) ctx->status = RL_STATUS_ERROR;
+    rl_metrics_count_results(ctx, lcf);
 }
 
 ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
@@ -221,7 +222,10 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
     for (ngx_uint_t i = 0; i < n; i++) {
         ngx_str_t key;
         if (ngx_http_complex_value(r, &applied[i].zone->key, &key) != NGX_OK) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        if (key.len == 0) continue;  // an empty key is exempt from this zone
+        if (key.len == 0) {  // an empty key is exempt from this zone
+            rl_metrics_count(applied[i].zone->metrics, RL_RESULT_EXEMPT);
+            continue;
+        }
 
         rl_result_t& res = ctx->results[m++];
         res = rl_result_t{};

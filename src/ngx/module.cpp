@@ -64,6 +64,7 @@ ngx_command_t rl_commands[] = {
      ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, dry_run), nullptr},
     {ngx_string("ratelimit_log_level"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      rl_set_enum, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, log_level), &rl_log_levels},
+    {ngx_string("ratelimit_metrics"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, rl_metrics_directive, 0, 0, nullptr},
     ngx_null_command,
 };
 

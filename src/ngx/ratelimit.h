@@ -8,6 +8,7 @@
 #include "core/key_hash.h"
 #include "core/redis_command.h"
 #include "core/slot_table.h"
+#include "metrics.h"
 #include "redis.h"
 
 extern "C" ngx_module_t ngx_http_ratelimit_module;
@@ -48,6 +49,7 @@ struct rl_zone_t {
     size_t block_bytes;
     rl::TableHeader* table;
     time_t quantity_warned;      // an invalid quantity is logged once a second (per worker)
+    rl_metrics_zone_t* metrics;  // its counters (metrics.cpp), or nullptr
 };
 
 // One `ratelimit` line as written.

@@ -6,6 +6,7 @@
 #include "redis_conn.h"
 
 #include "core/log_text.h"
+#include "metrics.h"
 
 #include <cstdarg>
 
@@ -128,7 +129,7 @@ void free_object(void*) {}  // the arena is reset as a whole
 
 redisReplyObjectFunctions kArenaReplies = {create_string, create_array, create_integer, create_nil, free_object};
 
-void conn_fail(rl_conn_t* conn, ngx_err_t err, const char* why) noexcept;
+void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const char* why) noexcept;
 
 rl_conn_op_t* op_alloc(rl_conn_shared_t* shared) {
     if (!ngx_queue_empty(&shared->free_ops)) {
@@ -140,6 +141,11 @@ rl_conn_op_t* op_alloc(rl_conn_shared_t* shared) {
 }
 
 void op_free(rl_conn_shared_t* shared, rl_conn_op_t* op) { ngx_queue_insert_head(&shared->free_ops, &op->queue); }
+
+// A connection lost before it was up was refused (a refusal may show as a failed read first).
+rl_redis_error_e lost(const rl_conn_t* conn) {
+    return conn->state == RL_CONN_CONNECTING ? RL_REDIS_ERR_REFUSED : RL_REDIS_ERR_RESET;
+}
 
 bool out_reserve(rl_conn_t* conn, size_t more) {
     if (conn->out_sent > 0 && conn->out_sent == conn->out_len) conn->out_sent = conn->out_len = 0;
@@ -184,8 +190,10 @@ rl_conn_op_t* enqueue(rl_conn_t* conn, const u_char* cmd, size_t len, rl_conn_re
     op->conn = conn;
     op->weight = weight;
     op->queued_at = ngx_current_msec;
+    op->sent_ns = conn->flushing ? rl_metrics_now_ns(conn->shared->metrics) : 0;  // a batch, written right now
     ngx_queue_insert_tail(&conn->inflight, &op->queue);
     conn->ninflight += weight;
+    rl_metrics_in_flight(conn->shared->metrics, static_cast<ngx_int_t>(weight));
     arm_watchdog(conn);
     rl_conn_schedule_flush(conn);
     return op;
@@ -196,7 +204,7 @@ void handshake_done(rl_conn_op_t* op, redisReply* reply) noexcept {
     if (reply == nullptr) return;  // the connection failed: conn_fail handles it
     conn->handshake--;
     if (!conn->shared->handshake_reply(conn, op->tag, reply)) {
-        conn_fail(conn, 0, nullptr);  // the owner said why
+        conn_fail(conn, RL_REDIS_ERR_ERROR_REPLY, 0, nullptr);  // the owner said why
         return;
     }
     if (conn->handshake == 0) {
@@ -214,7 +222,7 @@ bool write_some(rl_conn_t* conn, const u_char* buf, size_t* sent, size_t len) {
         ssize_t n = c->send(c, const_cast<u_char*>(buf) + *sent, len - *sent);
         if (n == NGX_AGAIN) break;
         if (n == NGX_ERROR || n <= 0) {
-            conn_fail(conn, ngx_socket_errno, "write failed");
+            conn_fail(conn, lost(conn), ngx_socket_errno, "write failed");
             return false;
         }
         *sent += static_cast<size_t>(n);
@@ -241,7 +249,7 @@ void on_flush(ngx_event_t* ev) noexcept {
                        &shared->name, &conn->addr.name, conn->out_sent - before, conn->out_len - conn->out_sent);
         if (conn->out_sent == conn->out_len) conn->out_sent = conn->out_len = 0;
     }
-    if (ngx_handle_write_event(conn->c->write, 0) != NGX_OK) conn_fail(conn, 0, "write event failed");
+    if (ngx_handle_write_event(conn->c->write, 0) != NGX_OK) conn_fail(conn, RL_REDIS_ERR_RESET, 0, "write event failed");
 }
 
 void on_write(ngx_event_t* wev) noexcept {
@@ -249,7 +257,7 @@ void on_write(ngx_event_t* wev) noexcept {
     auto* conn = static_cast<rl_conn_t*>(c->data);
     if (conn->state == RL_CONN_CONNECTING) {
         if (wev->timedout) {
-            conn_fail(conn, NGX_ETIMEDOUT, "connect timed out");
+            conn_fail(conn, RL_REDIS_ERR_TIMEOUT, NGX_ETIMEDOUT, "connect timed out");
             return;
         }
         if (wev->timer_set) {
@@ -259,7 +267,7 @@ void on_write(ngx_event_t* wev) noexcept {
         socklen_t len = sizeof(err);
         if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, reinterpret_cast<char*>(&err), &len) == -1) err = ngx_socket_errno;
         if (err) {
-            conn_fail(conn, err, "connect failed");
+            conn_fail(conn, RL_REDIS_ERR_REFUSED, err, "connect failed");
             return;
         }
         conn->state = RL_CONN_READY;
@@ -277,26 +285,28 @@ bool take_replies(rl_conn_t* conn, ngx_connection_t* c) {
         void* obj = nullptr;
         if (redisReaderGetReply(conn->reader, &obj) != REDIS_OK) {
             if (conn->too_large) {
-                conn_fail(conn, 0, "protocol error: reply too large");
+                conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, "protocol error: reply too large");
             } else {
                 char text[rl::kLogTextCap];
                 size_t n = rl::log_text(conn->reader->errstr, ngx_strlen(conn->reader->errstr), text, sizeof(text));
                 u_char why[sizeof(text) + 32];
                 *ngx_snprintf(why, sizeof(why) - 1, "protocol error: %*s", n, text) = '\0';
-                conn_fail(conn, 0, reinterpret_cast<char*>(why));
+                conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, reinterpret_cast<char*>(why));
             }
             return false;
         }
         if (obj == nullptr) break;
         auto* reply = static_cast<redisReply*>(obj);
         if (ngx_queue_empty(&conn->inflight)) {
-            conn_fail(conn, 0, "protocol error: a reply nothing was asked for");
+            conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, "protocol error: a reply nothing was asked for");
             return false;
         }
         ngx_queue_t* q = ngx_queue_head(&conn->inflight);
         ngx_queue_remove(q);
         auto* op = ngx_queue_data(q, rl_conn_op_t, queue);
         conn->ninflight -= op->weight;
+        rl_metrics_in_flight(conn->shared->metrics, -static_cast<ngx_int_t>(op->weight));
+        rl_metrics_round_trip(conn->shared->metrics, op->sent_ns);
         ngx_log_debug4(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: reply type %d%s",
                        &conn->shared->name, &conn->addr.name, reply->type, op->data ? "" : " (abandoned)");
         if (op->data != nullptr) op->done(op, reply);
@@ -307,7 +317,7 @@ bool take_replies(rl_conn_t* conn, ngx_connection_t* c) {
     // What is left is one element still arriving: a server announcing a huge one is cut off
     // here rather than buffered.
     if (conn->reader->len - conn->reader->pos > kMaxPendingBytes) {
-        conn_fail(conn, 0, "protocol error: reply too large");
+        conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, "protocol error: reply too large");
         return false;
     }
     return true;
@@ -322,25 +332,26 @@ void on_read(ngx_event_t* rev) noexcept {
         ssize_t n = c->recv(c, buf, sizeof(buf));
         if (n == NGX_AGAIN) break;
         if (n == 0) {
-            conn_fail(conn, 0, "connection closed by Redis");
+            conn_fail(conn, lost(conn), 0, "connection closed by Redis");
             return;
         }
         if (n == NGX_ERROR) {
-            conn_fail(conn, ngx_socket_errno, "read failed");
+            conn_fail(conn, lost(conn), ngx_socket_errno, "read failed");
             return;
         }
         if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(buf), static_cast<size_t>(n)) != REDIS_OK) {
-            conn_fail(conn, 0, "out of memory");
+            conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
             return;
         }
         if (!take_replies(conn, c)) return;
     }
-    if (ngx_handle_read_event(rev, 0) != NGX_OK) conn_fail(conn, 0, "read event failed");
+    if (ngx_handle_read_event(rev, 0) != NGX_OK) conn_fail(conn, RL_REDIS_ERR_RESET, 0, "read event failed");
 }
 
 void on_retry(ngx_event_t* ev) noexcept {
     auto* conn = static_cast<rl_conn_t*>(ev->data);
     conn->state = RL_CONN_DOWN;
+    if (conn->shared->metrics) rl_metrics_add(&conn->shared->metrics->reconnects, 1);
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: reconnecting",
                    &conn->shared->name, &conn->addr.name);
     rl_conn_usable(conn);
@@ -364,11 +375,12 @@ void on_watchdog(ngx_event_t* ev) noexcept {
     }
     u_char why[64];
     *ngx_snprintf(why, sizeof(why) - 1, "timed out: no reply for %M ms", static_cast<ngx_msec_t>(waited)) = '\0';
-    conn_fail(conn, 0, reinterpret_cast<char*>(why));
+    conn_fail(conn, RL_REDIS_ERR_TIMEOUT, 0, reinterpret_cast<char*>(why));
 }
 
-void conn_fail(rl_conn_t* conn, ngx_err_t err, const char* why) noexcept {
+void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const char* why) noexcept {
     rl_conn_shared_t* shared = conn->shared;
+    rl_metrics_redis_error(shared->metrics, reason);
     if (why != nullptr) {
         rl_redis_log_error(shared, err, "ratelimit redis \"%V\" at %V: %s", &shared->name, &conn->addr.name, why);
     }
@@ -402,6 +414,7 @@ void conn_fail(rl_conn_t* conn, ngx_err_t err, const char* why) noexcept {
         if (op->data != nullptr) op->done(op, nullptr);
         op_free(shared, op);
     }
+    rl_metrics_in_flight(shared->metrics, -static_cast<ngx_int_t>(conn->ninflight));
     conn->ninflight = 0;
     shared->failed(conn);
     if (!ngx_exiting && !ngx_quit && !ngx_terminate) {
@@ -414,7 +427,7 @@ void conn_open(rl_conn_t* conn) {
     rl_conn_shared_t* shared = conn->shared;
     conn->reader = redisReaderCreateWithFunctions(&kArenaReplies);
     if (conn->reader == nullptr) {
-        conn_fail(conn, 0, "out of memory");
+        conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
         return;
     }
     conn->reader->privdata = conn;
@@ -429,7 +442,7 @@ void conn_open(rl_conn_t* conn) {
     if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED || conn->peer.connection == nullptr) {
         ngx_err_t err = ngx_socket_errno;
         conn->peer.connection = nullptr;
-        conn_fail(conn, rc == NGX_DECLINED ? err : 0, "connect failed");
+        conn_fail(conn, RL_REDIS_ERR_REFUSED, rc == NGX_DECLINED ? err : 0, "connect failed");
         return;
     }
     ngx_connection_t* c = conn->peer.connection;
@@ -454,7 +467,7 @@ void conn_open(rl_conn_t* conn) {
     conn->handshake_sent = 0;
     for (ngx_uint_t i = 0; i < shared->handshake_replies; i++) {
         if (enqueue(conn, nullptr, 0, handshake_done, conn, i, 1) == nullptr) {
-            conn_fail(conn, 0, "out of memory");
+            conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
             return;
         }
     }
@@ -531,6 +544,8 @@ void rl_conn_close(rl_conn_t* conn) noexcept {
     if (conn->flush.posted) {
         ngx_delete_posted_event(&conn->flush);
     }
+    rl_metrics_in_flight(conn->shared->metrics, -static_cast<ngx_int_t>(conn->ninflight));
+    conn->ninflight = 0;
     if (conn->c == nullptr) return;
     ngx_close_connection(conn->c);
     conn->c = nullptr;

@@ -28,6 +28,7 @@ struct rl_conn_op_t {
     rl_conn_t* conn;
     ngx_uint_t weight;     // requests it carries (a batch carries many)
     ngx_msec_t queued_at;  // when it was queued: a connection whose oldest is long overdue is closed
+    uint64_t sent_ns;      // a batch's write time on a monotonic clock, when metrics measure it
 };
 
 enum rl_conn_state_e {
@@ -53,6 +54,7 @@ struct rl_conn_shared_t {
     ngx_queue_t free_ops;
     time_t error_logged;         // errors are logged once per second
     ngx_uint_t errors_suppressed;
+    struct rl_metrics_redis_t* metrics;  // shared-memory counters (metrics.cpp), or nullptr
 };
 
 struct rl_conn_t {

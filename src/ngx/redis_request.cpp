@@ -59,6 +59,7 @@ bool can_take(rl_redis_node_t* node, ngx_uint_t more) {
     if (!rl_conn_usable(&node->conn)) return false;
     rl_redis_t* redis = node->redis;
     if (node->conn.ninflight + node->nqueued + more <= redis->max_pending + node->conn.handshake) return true;
+    rl_metrics_redis_error(redis->conn.metrics, RL_REDIS_ERR_OVERFLOW);
     rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: max_pending (%ui) reached, on_error applies",
                        &redis->name, &node->conn.addr.name, redis->max_pending);
     return false;
@@ -176,6 +177,7 @@ void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n) {
         calls[i]->batch = batch;
         calls[i]->index = static_cast<uint16_t>(i);
     }
+    rl_metrics_batch(redis->conn.metrics, batch->sizes, n);
 }
 
 // A call that came back unanswered for a reason Redis can fix at once: try it again.
@@ -204,7 +206,10 @@ bool is_error(const redisReply* reply, const char* prefix) {
 void code_loaded(rl_conn_op_t* op, redisReply* reply) noexcept {
     rl_redis_node_t* node = node_of(op);
     node->reloading = 0;
-    if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) log_reply(node->redis, node, "loading the Lua failed", reply);
+    if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) {
+        rl_metrics_redis_error(node->redis->conn.metrics, RL_REDIS_ERR_ERROR_REPLY);
+        log_reply(node->redis, node, "loading the Lua failed", reply);
+    }
 }
 
 // After NOSCRIPT or a missing function (Redis restarted without persistence, or its code was
@@ -282,6 +287,7 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
         retry = true;
     } else if (reply != nullptr && redis->cluster && (is_error(reply, "MOVED ") || is_error(reply, "ASK "))) {
         moved_to = rl_cluster_redirect(redis, reply, &ask);
+        rl_metrics_redirect(redis->conn.metrics, is_error(reply, "ASK "));
         retry = moved_to != nullptr;
         ngx_log_debug4(NGX_LOG_DEBUG_HTTP, redis->conn.log, 0, "ratelimit redis \"%V\" at %V: %*s",
                        &redis->name, &node->conn.addr.name, static_cast<size_t>(reply->len), reply->str);
@@ -297,6 +303,8 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
         return;
     } else if (reply != nullptr) {
         if (redis->cluster) rl_cluster_refresh_soon(redis);  // CLUSTERDOWN, TRYAGAIN...
+        rl_metrics_redis_error(redis->conn.metrics, reply->type == REDIS_REPLY_ERROR ? RL_REDIS_ERR_ERROR_REPLY
+                                                                                     : RL_REDIS_ERR_PROTOCOL);
         log_reply(redis, node, "check failed", reply);
     }
 
@@ -324,6 +332,7 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
 
 void on_refund_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
+        if (reply != nullptr) rl_metrics_redis_error(node_of(op)->redis->conn.metrics, RL_REDIS_ERR_ERROR_REPLY);
         log_reply(static_cast<rl_redis_t*>(op->data), node_of(op), "a refund failed", reply);
     }
 }
@@ -496,6 +505,7 @@ void rl_redis_timed_out(rl_ctx_t* ctx) noexcept {
         rl_call_t* call = &ctx->calls[k];
         if (call->state != RL_CALL_PENDING) continue;
         rl_redis_t* redis = call->redis;
+        rl_metrics_redis_error(redis->conn.metrics, RL_REDIS_ERR_TIMEOUT);
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: timed out: no reply within %M ms, on_error "
                            "applies", &redis->name, &call->node->conn.addr.name, redis->timeout);
     }

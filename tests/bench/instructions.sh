@@ -5,6 +5,8 @@
 # cache and TLB misses.
 #
 #   tests/bench/instructions.sh        (needs valgrind; Redis row: redis-server, else skipped)
+#   METRICS=on tests/bench/instructions.sh   the same with a ratelimit_metrics location: every
+#                                            zone and Redis counts into the metrics' shared memory
 #
 # One nginx (one process, no master) runs under callgrind, collecting only inside its event
 # loop; for each location: a few requests to warm up, counters zeroed, REQUESTS requests from
@@ -72,6 +74,7 @@ for a in gcra token leaky sliding fixed log; do CASES+=("ratelimit $a|ratelimit 
         p=$(free_port); PORTS+=("$p")
         echo "  server { listen 127.0.0.1:$p; location / { ${c#*|} } }"
     done
+    [[ ${METRICS:-off} == on ]] && echo "  server { listen 127.0.0.1:$(free_port); location = /metrics { ratelimit_metrics; } }"
     echo "}"
 } >"$TMP/nginx.conf"
 
