@@ -310,21 +310,25 @@ sub _wait_started {
     die "nginx did not start within 10s\n" . $self->error_log;
 }
 
-# Reloads (optionally with a new http body) and waits until a full new set of workers runs.
+# Reloads (optionally with a new http body) and waits until a full new set of workers runs
+# and the old ones are gone. Returns the seconds from the signal until the new workers ran.
 sub reload {
     my ($self, $http) = @_;
     $self->_write_conf($http) if defined $http;
     my %old = map { $_ => 1 } $self->worker_pids;
     my $m = $self->master_pid or die "no master pid";
     my $log_before = length $self->error_log;
+    my $t0 = time;
+    my $up;
     kill 'HUP', $m or die "kill HUP: $!";
     my $deadline = time + 10;
     while (time < $deadline) {
         my @w = $self->worker_pids;
         my $new = grep { !$old{$_} } @w;
+        $up //= time - $t0 if $new >= $self->{workers};
         # old workers still alive (even shutting down) are checked separately
         my $old_alive = grep { _alive($_) } keys %old;
-        return 1 if $new >= $self->{workers} && !$old_alive;
+        return $up || 0.001 if $new >= $self->{workers} && !$old_alive;
         my $log = substr($self->error_log, $log_before);
         die "reload failed:\n$log" if $log =~ /\[emerg\]/;
         sleep 0.05;
