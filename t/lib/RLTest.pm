@@ -2,6 +2,12 @@ package RLTest;
 # Small harness for the end-to-end tests of ngx_http_ratelimit_module.
 # Core Perl only: every test file starts its own nginx (own temp prefix, free loopback
 # ports), talks raw HTTP/1.1 to it and stops it at the end, whatever happens.
+# At done_testing (or at exit without it) every nginx is stopped and one more test checks
+# every error.log the file produced (start_nginx, nginx_t) for [alert], [crit], "exited on
+# signal" and sanitizer reports, and the sanitizer log files (ASAN_OPTIONS/UBSAN_OPTIONS
+# log_path) written since the file started. start_nginx(..., allow_alerts => 1) or
+# allow_log => qr/.../ (or $n->allow_log(qr/.../)) lets an instance log alerts on purpose.
+# RLTEST_KEEP=1 keeps the temporary directories and prints where they are.
 use strict;
 use warnings;
 use Exporter 'import';
@@ -205,7 +211,8 @@ sub nginx_t {
 }
 
 # start_nginx($http_body, %opts): opts workers (2), log_level (info), main (extra main
-# context text), so (module path; '' for none), files => { relpath => content }.
+# context text), so (module path; '' for none), files => { relpath => content },
+# allow_alerts / allow_log (see the top).
 sub start_nginx {
     my ($http, %o) = @_;
     my $self = bless { creator => $$, workers => $o{workers} // 2 }, __PACKAGE__;
@@ -607,6 +614,19 @@ sub remaining {
     return ($h->{'x-status'} // '') eq 'PASSED' && $item ? $item->{r} : '-';
 }
 
+# $n->wait_consumed($path, $max): polls a quantity=0 location until the key has at most $max
+# units left; false after 5 seconds.
+sub wait_consumed {
+    my ($self, $path, $max) = @_;
+    my $deadline = time + 5;
+    while (time < $deadline) {
+        my $rem = $self->remaining($path);
+        return 1 if $rem =~ /^\d+$/ && $rem <= $max;
+        sleep 0.02;
+    }
+    return 0;
+}
+
 # A new client key each call: k1, k2, ... (or PREFIX1, ...).
 my $FRESH = 0;
 sub fresh_key { my ($prefix) = @_; $FRESH++; return ($prefix // 'k') . $FRESH }
@@ -929,6 +949,7 @@ package RLTest::RedisCluster;
 #   $c->cmd($node, @args)             (1, decoded reply) or (0, reason)
 #   $c->cli_all(@args)                on every live node
 #   $c->scan($pattern)                [key, primary] for every matching key on every live primary
+#   $c->learn($n, $loc, $prefix, @ks) where the state of each client key went (one request each)
 #   $c->dbsize($node), $c->countkeysinslot($node, $slot), $c->keys_in_slot($node, $slot)
 #   $c->redirections($node)           (MOVED, ASK) replied so far (INFO errorstats)
 #   $c->info($node [, $section])      CLUSTER INFO, or INFO $section
@@ -1290,6 +1311,23 @@ sub scan {
         } while ($cursor ne '0');
     }
     return @r;
+}
+
+# learn($n, $location, $key_prefix, @client_keys): one request per client key through nginx
+# $n; returns { client key => { key => Redis key, slot, node } } for the keys whose single new
+# state key (a key starting with $key_prefix, e.g. 'rl:{zone:') was found.
+sub learn {
+    my ($self, $n, $loc, $prefix, @ks) = @_;
+    my %seen = map { $_->[0] => 1 } $self->scan("$prefix*");
+    my %r;
+    for my $k (@ks) {
+        $n->get("$loc?k=$k");
+        my @new = grep { !$seen{ $_->[0] } } $self->scan("$prefix*");
+        $seen{ $_->[0] } = 1 for @new;
+        next unless @new == 1;
+        $r{$k} = { key => $new[0][0], node => $new[0][1], slot => $self->keyslot($new[0][0]) };
+    }
+    return \%r;
 }
 
 sub dbsize { my ($self, $node) = @_; my $n = $self->cli($node, 'DBSIZE'); return $n =~ /^\d+$/ ? $n : -1 }
