@@ -37,29 +37,6 @@ my $n = start_nginx(<<"EOF2");
 EOF2
 my @workers = $n->worker_pids;
 
-# (status, X-Status, milliseconds)
-sub timed {
-    my ($path) = @_;
-    my $t0 = time;
-    my ($s, $h) = $n->get($path);
-    return ($s // 'ERR', $h->{'x-status'} // '', int((time - $t0) * 1000));
-}
-
-# Seconds until a request is decided by Redis again (X-Status PASSED or REJECTED), polling.
-sub resumes_within {
-    my ($path) = @_;
-    my $t0 = time;
-    while (time - $t0 < 5) {
-        my (undef, $x) = timed($path);
-        return time - $t0 if $x eq 'PASSED' || $x eq 'REJECTED';
-        sleep 0.02;
-    }
-    return 99;
-}
-
-my $key = 0;
-sub fresh { $key++; return "k$key" }
-
 # Waits (up to 2 s) until Redis stops answering a PING within 50 ms: a command sent from now
 # on arrives while it sleeps, not in the same event-loop turn as the DEBUG SLEEP.
 sub redis_asleep {
@@ -79,20 +56,20 @@ sub redis_asleep {
 
 # 1. Redis not running when nginx starts.
 {
-    my $k = fresh();
-    my ($s, $x, $ms) = timed("/allow?k=$k");
+    my $k = fresh_key();
+    my ($s, $x, $ms) = $n->timed("/allow?k=$k");
     is("$s $x", '200 ERROR', 'no Redis, on_error allow: 200, $ratelimit_status ERROR');
     ok($ms < $timeout_ms + $margin_ms, "... answered in ${ms}ms");
-    ($s, $x, $ms) = timed("/deny?k=$k");
+    ($s, $x, $ms) = $n->timed("/deny?k=$k");
     is("$s $x", '503 ERROR', 'no Redis, on_error deny: 503');
     ok($ms < $timeout_ms + $margin_ms, "... answered in ${ms}ms");
-    my @local = map { (timed("/local?k=$k"))[0] } 1 .. 6;
+    my @local = map { ($n->timed("/local?k=$k"))[0] } 1 .. 6;
     is("@local", '200 200 200 200 200 429', 'no Redis, on_error local: the zone\'s limit in shared memory');
 
     $redis = start_redis(port => $rport, args => ['--enable-debug-command', 'local']);
-    my $t = resumes_within("/allow?k=" . fresh());
+    my $t = $n->resumes_within("/allow?k=" . fresh_key());
     ok($t < 1.0, sprintf('Redis started: limiting resumes in %.2fs', $t));
-    my @s = map { (timed("/allow?k=$k"))[0] } 1 .. 6;
+    my @s = map { ($n->timed("/allow?k=$k"))[0] } 1 .. 6;
     is("@s", '200 200 200 200 200 429', 'Redis state is its own: the local decisions did not touch it');
 }
 
@@ -109,19 +86,19 @@ for my $mode (qw(allow deny local)) {
     ok(($r->{':values'}{ERROR} // 0) > 0, "killed under load ($mode): on_error applied (ERROR seen)");
     ok(($r->{':values'}{PASSED} // 0) > 0, "killed under load ($mode): Redis decided before the kill");
     $redis = start_redis(port => $rport, args => ['--enable-debug-command', 'local']);
-    my $t = resumes_within("/$mode?k=" . fresh());
+    my $t = $n->resumes_within("/$mode?k=" . fresh_key());
     ok($t < 1.0, sprintf("Redis back after a kill ($mode): limiting resumes in %.2fs", $t));
 }
 
 # 3. Restarted: its state is gone and its scripts too; the limit starts afresh, no errors.
 {
-    my $k = fresh();
-    my @s = map { (timed("/deny?k=$k"))[0] } 1 .. 6;
+    my $k = fresh_key();
+    my @s = map { ($n->timed("/deny?k=$k"))[0] } 1 .. 6;
     is("@s", '200 200 200 200 200 429', 'before the restart: 5 admitted, then rejected');
     $redis->restart;
-    my $t = resumes_within("/deny?k=" . fresh());
+    my $t = $n->resumes_within("/deny?k=" . fresh_key());
     ok($t < 1.0, sprintf('restarted Redis: limiting resumes in %.2fs', $t));
-    @s = map { join ' ', (timed("/deny?k=$k"))[0, 1] } 1 .. 2;
+    @s = map { join ' ', ($n->timed("/deny?k=$k"))[0, 1] } 1 .. 2;
     is("@s", '200 PASSED 200 PASSED', 'after the restart the key starts afresh (state was lost)');
 }
 
@@ -154,20 +131,20 @@ for my $stall (['DEBUG', 'SLEEP', '1.2'], ['CLIENT', 'PAUSE', '1200', 'ALL']) {
     is(join(',', sort keys %codes), '200,429,503', "$name: 200/429 from Redis, 503 (deny) while it stalls")
       or diag(explain \%codes);
     ok($r->{':max_ms'} < $timeout_ms + $margin_ms, "$name: slowest request $r->{':max_ms'}ms");
-    my $t = resumes_within('/deny?k=' . fresh());
+    my $t = $n->resumes_within('/deny?k=' . fresh_key());
     ok($t < 1.0, sprintf("$name: limiting resumes in %.2fs after the stall", $t));
     1 while waitpid(-1, POSIX::WNOHANG()) > 0;
 }
 
 # A request denied because Redis stalled must not keep what Redis consumes for it late.
 {
-    my $k = fresh();
-    my @s = map { (timed("/deny?k=$k"))[0] } 1 .. 2;
+    my $k = fresh_key();
+    my @s = map { ($n->timed("/deny?k=$k"))[0] } 1 .. 2;
     is("@s", '200 200', 'late admission: two of five used');
     my $pid = fork // die;
     if (!$pid) { $redis->cli('DEBUG', 'SLEEP', '0.6'); POSIX::_exit(0) }
     ok(redis_asleep($redis), 'late admission: Redis sleeps');
-    @s = map { join ' ', (timed("/deny?k=$k"))[0, 1] } 1 .. 3;
+    @s = map { join ' ', ($n->timed("/deny?k=$k"))[0, 1] } 1 .. 3;
     is("@s", '503 ERROR 503 ERROR 503 ERROR', 'late admission: three denied while Redis sleeps');
     waitpid $pid, 0;
     sleep 0.2;
@@ -180,7 +157,7 @@ for my $stall (['DEBUG', 'SLEEP', '1.2'], ['CLIENT', 'PAUSE', '1200', 'ALL']) {
 for my $case (['/wrong', qr/handshake failed: WRONGPASS|handshake failed: ERR AUTH|handshake failed: ERR invalid password/],
               ['/baddb', qr/handshake failed: ERR DB index is out of range/]) {
     my ($path, $re) = @$case;
-    my @r = map { [timed("$path?k=" . fresh())] } 1 .. 5;
+    my @r = map { [$n->timed("$path?k=" . fresh_key())] } 1 .. 5;
     is(join(' ', map { "$_->[0] $_->[1]" } @r), join(' ', ('503 ERROR') x 5), "$path: on_error deny applies");
     my ($slowest) = sort { $b <=> $a } map { $_->[2] } @r;
     ok($slowest < $timeout_ms + $margin_ms, "$path: slowest request ${slowest}ms");

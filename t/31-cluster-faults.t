@@ -51,69 +51,12 @@ my $n = start_nginx(<<"EOF2");
 EOF2
 my @workers = $n->worker_pids;
 
-{
-    my %seen;
-    my $deadline = time + 5;
-    while (time < $deadline && keys %seen < 2) {
-        my ($s, $h) = $n->get('/warm?k=ready');
-        $seen{ $h->{'x-who'} } = 1 if ($h->{'x-status'} // '') eq 'PASSED';
-        sleep 0.02;
-    }
-    is(scalar keys %seen, 2, 'both workers decide in the cluster');
-}
-
-# One request per client key; returns { client key => { key => Redis key, slot, node } } for the
-# keys whose (single) new state key was found.
-sub learn {
-    my ($loc, $zone, @ks) = @_;
-    my %seen = map { $_->[0] => 1 } $c->scan("rl:{$zone:*");
-    my %r;
-    for my $k (@ks) {
-        $n->get("$loc?k=$k");
-        my @new = grep { !$seen{ $_->[0] } } $c->scan("rl:{$zone:*");
-        $seen{ $_->[0] } = 1 for @new;
-        next unless @new == 1;
-        $r{$k} = { key => $new[0][0], node => $new[0][1], slot => $c->keyslot($new[0][0]) };
-    }
-    return \%r;
-}
-
-# Remaining units of a key as a quantity=0 location reports them ('-' if not decided in Redis).
-sub remaining {
-    my ($path) = @_;
-    my ($s, $h) = $n->get($path);
-    my ($item) = parse_sf_list($h->{ratelimit});
-    return ($h->{'x-status'} // '') eq 'PASSED' && $item ? $item->{r} : '-';
-}
-
-# X-Rec counts -> { "uri key" => { status => n } } plus the codes seen.
-sub tally {
-    my ($r) = @_;
-    my %t;
-    for my $v (keys %{ $r->{':values'} || {} }) {
-        my ($uri, $k, $st, $code) = split / /, $v;
-        $t{"$uri $k"}{ $st // '' } += $r->{':values'}{$v};
-    }
-    return \%t;
-}
-sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
-
-# Polls a quantity=0 location until the key has at most $max units left (bounded).
-sub wait_consumed {
-    my ($path, $max) = @_;
-    my $deadline = time + 5;
-    while (time < $deadline) {
-        my $rem = remaining($path);
-        return 1 if $rem =~ /^\d+$/ && $rem <= $max;
-        sleep 0.02;
-    }
-    return 0;
-}
+ok(defined $n->wait_decided('/warm?k=ready'), 'both workers decide in the cluster');
 
 # 1. MOVED: the slots of four live keys migrate to other primaries while they are hammered.
 {
     my @ks = map { "mv$_" } 0 .. 3;
-    my $l = learn('/mv', 'mv', @ks);
+    my $l = $c->learn($n, '/mv', 'rl:{mv:', @ks);
     is(scalar keys %$l, 4, 'MOVED: the state key of each of the four client keys found');
     my %slots;    # slot -> [source, target]
     for my $k (grep { $l->{$_} } @ks) {
@@ -128,13 +71,13 @@ sub wait_consumed {
         until => time + 20, record => 'X-Rec',
         during => sub {
             my $t0 = time;
-            wait_consumed('/mv_peek?k=mv0', 250);
+            $n->wait_consumed('/mv_peek?k=mv0', 250);
             my $t1 = time;
             for my $slot (sort { $a <=> $b } keys %slots) {
                 my @in = grep { $l->{$_} && $l->{$_}{slot} == $slot } @ks;
-                $pre{$_} = remaining("/mv_peek?k=$_") for @in;
+                $pre{$_} = $n->remaining("/mv_peek?k=$_") for @in;
                 $c->migrate_slot($slot, $slots{$slot}[1]);
-                $post{$_} = remaining("/mv_peek?k=$_") for @in;
+                $post{$_} = $n->remaining("/mv_peek?k=$_") for @in;
             }
             diag(sprintf 'MOVED: 50 consumed after %.2fs, slots migrated in %.2fs', $t1 - $t0, time - $t1);
         });
@@ -213,7 +156,7 @@ sub wait_consumed {
 {
     my $P0 = $prim[0];
     my ($R0) = $c->replicas_of($P0);
-    my $l = learn('/fa', 'fa', map { "fa$_" } 1 .. 30);
+    my $l = $c->learn($n, '/fa', 'rl:{fa:', map { "fa$_" } 1 .. 30);
     my @ks = grep { defined } (grep { $l->{$_}{node}->port == $P0->port } sort keys %$l)[0, 1];
     is(scalar @ks, 2, 'manual failover: two client keys on the primary');
     push @ks, 'none' while @ks < 2;
@@ -222,11 +165,11 @@ sub wait_consumed {
         until => time + 20, record => 'X-Rec',
         during => sub {
             my $t0 = time;
-            wait_consumed("/fa_peek?k=$ks[0]", 250);
+            $n->wait_consumed("/fa_peek?k=$ks[0]", 250);
             my $t1 = time;
-            %pre = map { $_ => remaining("/fa_peek?k=$_") } @ks;
+            %pre = map { $_ => $n->remaining("/fa_peek?k=$_") } @ks;
             $c->manual_failover($R0);
-            %post = map { $_ => remaining("/fa_peek?k=$_") } @ks;
+            %post = map { $_ => $n->remaining("/fa_peek?k=$_") } @ks;
             diag(sprintf 'manual failover: 50 consumed after %.2fs, failover took %.2fs', $t1 - $t0, time - $t1);
         });
     my $t = tally($r);
@@ -250,7 +193,7 @@ sub wait_consumed {
 {
     my $P1 = $prim[1];
     my ($R1) = $c->replicas_of($P1);
-    my $l = learn('/fb_deny', 'fb', map { "fb$_" } 1 .. 30);
+    my $l = $c->learn($n, '/fb_deny', 'rl:{fb:', map { "fb$_" } 1 .. 30);
     my @dead = grep { defined } (grep { $l->{$_}{node}->port == $P1->port } sort keys %$l)[0, 1];
     my @live = grep { defined } (grep { $l->{$_}{node}->port != $P1->port } sort keys %$l)[0, 1];
     is(scalar(@dead) + scalar(@live), 4, 'kill: two client keys on the victim, two elsewhere');

@@ -53,49 +53,8 @@ EOF2
 my $n = start_nginx($http);
 my @workers = $n->worker_pids;
 
-sub wait_ready {
-    my %seen;
-    my $t0 = time;
-    while (time - $t0 < 5 && keys %seen < 2) {
-        my ($s, $h) = $n->get('/warm?k=ready');
-        $seen{ $h->{'x-who'} } = 1 if ($h->{'x-status'} // '') eq 'PASSED';
-        sleep 0.02;
-    }
-    return keys %seen >= 2 ? time - $t0 : undef;
-}
-ok(defined wait_ready(), 'both workers decide in the cluster, found through a replica');
+ok(defined $n->wait_decided('/warm?k=ready'), 'both workers decide in the cluster, found through a replica');
 
-sub learn {
-    my ($loc, $zone, @ks) = @_;
-    my %seen = map { $_->[0] => 1 } $c->scan("t32:{$zone:*");
-    my %r;
-    for my $k (@ks) {
-        $n->get("$loc?k=$k");
-        my @new = grep { !$seen{ $_->[0] } } $c->scan("t32:{$zone:*");
-        $seen{ $_->[0] } = 1 for @new;
-        next unless @new == 1;
-        $r{$k} = { key => $new[0][0], node => $new[0][1], slot => $c->keyslot($new[0][0]) };
-    }
-    return \%r;
-}
-
-sub remaining {
-    my ($path) = @_;
-    my ($s, $h) = $n->get($path);
-    my ($item) = parse_sf_list($h->{ratelimit});
-    return ($h->{'x-status'} // '') eq 'PASSED' && $item ? $item->{r} : '-';
-}
-
-sub tally {
-    my ($r) = @_;
-    my %t;
-    for my $v (keys %{ $r->{':values'} || {} }) {
-        my ($uri, $k, $st) = split / /, $v;
-        $t{"$uri $k"}{ $st // '' } += $r->{':values'}{$v};
-    }
-    return \%t;
-}
-sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
 
 # 1. Password, replica seed, prefix, ACL user.
 {
@@ -113,7 +72,7 @@ sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
 # 2. The slot map is refreshed periodically: after a migration nobody asked about, requests go
 # straight to the new owner (no MOVED), and the map is not queried in a loop either.
 {
-    my $l = learn('/pr', 'pr', 'quiet');
+    my $l = $c->learn($n, '/pr', 't32:{pr:', 'quiet');
     ok($l->{quiet}, 'periodic refresh: state key found');
     my $slot = $l->{quiet} ? $l->{quiet}{slot} : 0;
     my $src = $c->owner($slot);
@@ -158,7 +117,7 @@ sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
     my $B = $prim[1];
     my @first = (sort { $a <=> $b } $c->slots_of($A))[0 .. 499];    # what redis-cli moves
     my %moving = map { $_ => 1 } @first;
-    my $l = learn('/rs', 'rs', map { "rs$_" } 1 .. 300);
+    my $l = $c->learn($n, '/rs', 't32:{rs:', map { "rs$_" } 1 .. 300);
     my @in  = (grep { $moving{ $l->{$_}{slot} } } sort keys %$l)[0 .. 3];
     my @out = (grep { !$moving{ $l->{$_}{slot} } } sort keys %$l)[0 .. 1];
     @in = grep { defined } @in;
@@ -171,12 +130,12 @@ sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
         until => time + 30, record => 'X-Rec',
         during => sub {
             my $t0 = time;
-            while (time - $t0 < 5) { my $x = remaining("/rs_peek?k=$ks[0]"); last if $x =~ /^\d+$/ && $x <= 350; sleep 0.02 }
-            %pre = map { $_ => remaining("/rs_peek?k=$_") } @in;
+            $n->wait_consumed("/rs_peek?k=$ks[0]", 350);
+            %pre = map { $_ => $n->remaining("/rs_peek?k=$_") } @in;
             my $t1 = time;
             @moved = $c->reshard($A, $B, 500);
             $took = time - $t1;
-            %post = map { $_ => remaining("/rs_peek?k=$_") } @in;
+            %post = map { $_ => $n->remaining("/rs_peek?k=$_") } @in;
         });
     diag(sprintf 'reshard: 500 slots moved in %.2fs under load', $took // -1);
     my ($moved_after) = $c->redirections($A);
@@ -203,7 +162,7 @@ sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
 # within the timeout; the others are unaffected; it decides again right after.
 {
     my $P = $prim[2];
-    my $l = learn('/st', 'st', map { "st$_" } 1 .. 30);
+    my $l = $c->learn($n, '/st', 't32:{st:', map { "st$_" } 1 .. 30);
     my ($on)  = grep { $l->{$_}{node}->port == $P->port } sort keys %$l;
     my ($off) = grep { $l->{$_}{node}->port != $P->port } sort keys %$l;
     ok($on && $off, 'stall: one key on the stalled primary, one elsewhere');
@@ -236,7 +195,7 @@ sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
     is($c->owner($l->{$on} ? $l->{$on}{slot} : 0)->port, $P->port, 'stall: no failover happened (the test stalled, not killed)');
 
     # A request denied because its primary stalled must not keep what Redis consumes for it late.
-    my $l2 = learn('/lt', 'lt', map { "lt$_" } 1 .. 30);
+    my $l2 = $c->learn($n, '/lt', 't32:{lt:', map { "lt$_" } 1 .. 30);
     my ($k) = grep { $l2->{$_}{node}->port == $P->port } sort keys %$l2;
     $k //= 'none';
     my @s = map { ($n->get("/lt?k=$k"))[0] // 'ERR' } 1 .. 1;
@@ -248,7 +207,7 @@ sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
     is("@s", '503 ERROR 503 ERROR 503 ERROR', 'late admission: three denied while the primary sleeps');
     waitpid $pid, 0;
     sleep 0.2;
-    is(remaining("/lt_peek?k=$k"), 3, 'late admission: the primary admitted them late, and gave the units back');
+    is($n->remaining("/lt_peek?k=$k"), 3, 'late admission: the primary admitted them late, and gave the units back');
 }
 
 # 5. Reload: new workers find the cluster again; the state lives on in Redis.
@@ -258,7 +217,7 @@ sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
     $n->reload;
     my @new = $n->worker_pids;
     ok(!grep({ my $w = $_; grep { $_ == $w } @workers } @new), 'reload: new workers');
-    my $ready = wait_ready();
+    my $ready = $n->wait_decided('/warm?k=ready');
     ok(defined $ready && $ready < 2, sprintf('reload: both new workers decide in the cluster within %.2fs', $ready // 99));
     my @after = map { ($n->get('/ua?k=u'))[0] // 'ERR' } 1 .. 2;
     is("@after", '429 429', 'reload: and the key is still exhausted');

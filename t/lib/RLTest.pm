@@ -2,6 +2,12 @@ package RLTest;
 # Small harness for the end-to-end tests of ngx_http_ratelimit_module.
 # Core Perl only: every test file starts its own nginx (own temp prefix, free loopback
 # ports), talks raw HTTP/1.1 to it and stops it at the end, whatever happens.
+# At done_testing (or at exit without it) every nginx is stopped and one more test checks
+# every error.log the file produced (start_nginx, nginx_t) for [alert], [crit], "exited on
+# signal" and sanitizer reports, and the sanitizer log files (ASAN_OPTIONS/UBSAN_OPTIONS
+# log_path) written since the file started. start_nginx(..., allow_alerts => 1) or
+# allow_log => qr/.../ (or $n->allow_log(qr/.../)) lets an instance log alerts on purpose.
+# RLTEST_KEEP=1 keeps the temporary directories and prints where they are.
 use strict;
 use warnings;
 use Exporter 'import';
@@ -17,13 +23,17 @@ use Time::HiRes qw(time sleep);
 
 our @EXPORT = qw(free_port start_nginx nginx_t module_so repo_root nginx_bin
   run_clients avoid_window_edge wait_window_offset slurp spew http_request
-  conf_line_of gif_body_ok parse_sf_list statuses start_redis);
+  conf_line_of gif_body_ok parse_sf_list statuses start_redis start_proxy fresh_key codes tally
+  worker_rss);
 
 our $NGINX   = $ENV{NGINX_BIN} || '/usr/sbin/nginx';
 our $TIMEOUT = 10;    # seconds for any single network operation
 
 my @INSTANCES;        # every nginx started by this process, stopped in END
+my @LOGS;             # [error.log, instance or undef] of every prefix made here, checked at the end
 my $CREATOR = $$;
+our $KEEP = $ENV{RLTEST_KEEP} ? 1 : 0;    # RLTEST_KEEP=1: keep the temporary directories
+my $T_START = time;
 
 # Every test file is bounded in time: after RLTEST_TIMEOUT seconds (default 150) it dies,
 # and END below stops its nginx.
@@ -31,6 +41,15 @@ $SIG{ALRM} = sub { die "RLTest: test file timed out\n" };
 alarm($ENV{RLTEST_TIMEOUT} || 150);
 
 sub nginx_bin { $NGINX }
+
+# A temporary directory, removed at the end unless RLTEST_KEEP=1 (then its path is printed).
+my @KEPT;
+sub _tempdir {
+    my ($prefix) = @_;
+    my $dir = tempdir("$prefix-XXXXXX", TMPDIR => 1, CLEANUP => !$KEEP);
+    push @KEPT, $dir if $KEEP;
+    return $dir;
+}
 
 # The repository root: this file is <root>/t/lib/RLTest.pm.
 sub repo_root {
@@ -179,7 +198,8 @@ sub _run_capture {
 # Returns (exit code, output, conf path, dir).
 sub nginx_t {
     my ($http, %o) = @_;
-    my $dir = tempdir('rltest-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    my $dir = _tempdir('rltest');
+    push @LOGS, ["$dir/error.log", $o{allow_alerts} ? qr/./ : $o{allow_log}];
     chmod 0755, $dir;
     my $ports = [map { free_port() } 0 .. 3];
     my $conf  = defined $o{full} ? $o{full} : _full_conf($dir, $http, %o);
@@ -191,11 +211,13 @@ sub nginx_t {
 }
 
 # start_nginx($http_body, %opts): opts workers (2), log_level (info), main (extra main
-# context text), so (module path; '' for none), files => { relpath => content }.
+# context text), so (module path; '' for none), files => { relpath => content },
+# allow_alerts / allow_log (see the top).
 sub start_nginx {
     my ($http, %o) = @_;
     my $self = bless { creator => $$, workers => $o{workers} // 2 }, __PACKAGE__;
-    my $dir = tempdir('rltest-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    my $dir = _tempdir('rltest');
+    push @LOGS, ["$dir/error.log", $o{allow_alerts} ? qr/./ : $o{allow_log}];
     chmod 0755, $dir;
     $self->{dir}   = $dir;
     $self->{ports} = [map { free_port() } 0 .. 3];
@@ -295,21 +317,25 @@ sub _wait_started {
     die "nginx did not start within 10s\n" . $self->error_log;
 }
 
-# Reloads (optionally with a new http body) and waits until a full new set of workers runs.
+# Reloads (optionally with a new http body) and waits until a full new set of workers runs
+# and the old ones are gone. Returns the seconds from the signal until the new workers ran.
 sub reload {
     my ($self, $http) = @_;
     $self->_write_conf($http) if defined $http;
     my %old = map { $_ => 1 } $self->worker_pids;
     my $m = $self->master_pid or die "no master pid";
     my $log_before = length $self->error_log;
+    my $t0 = time;
+    my $up;
     kill 'HUP', $m or die "kill HUP: $!";
     my $deadline = time + 10;
     while (time < $deadline) {
         my @w = $self->worker_pids;
         my $new = grep { !$old{$_} } @w;
+        $up //= time - $t0 if $new >= $self->{workers};
         # old workers still alive (even shutting down) are checked separately
         my $old_alive = grep { _alive($_) } keys %old;
-        return 1 if $new >= $self->{workers} && !$old_alive;
+        return $up || 0.001 if $new >= $self->{workers} && !$old_alive;
         my $log = substr($self->error_log, $log_before);
         die "reload failed:\n$log" if $log =~ /\[emerg\]/;
         sleep 0.05;
@@ -341,9 +367,87 @@ sub stop {
 
 sub DESTROY { $_[0]->stop }
 
+# ------------------------------------------------------------- teardown check
+
+# What no error.log may contain, as Test::Nginx checks on teardown: an alert or crit line, a
+# worker killed by a signal, a sanitizer report.
+our $BAD_LOG = qr/\[alert\]|\[crit\]|exited on signal|AddressSanitizer|LeakSanitizer|runtime error:/;
+
+# The sanitizer report files (ASAN_OPTIONS / UBSAN_OPTIONS log_path, as ./build.sh test-asan
+# sets) written since this test file started.
+sub _sanitizer_reports {
+    my @r;
+    for my $v (grep { defined } @ENV{qw(ASAN_OPTIONS UBSAN_OPTIONS)}) {
+        next unless $v =~ /(?:^|:)log_path=([^:]+)/;
+        for my $f (glob("$1*")) {
+            my $m = (stat $f)[9] // 0;
+            push @r, $f if $m >= int($T_START) && -s $f;
+        }
+    }
+    my %u;
+    return grep { !$u{$_}++ } @r;
+}
+
+# The offending lines of every error.log made by this file (with the file name), and every
+# sanitizer report since it started.
+sub bad_log_lines {
+    my @bad;
+    for my $l (@LOGS) {
+        my ($file, $allow) = @$l;
+        for my $line (split /\n/, slurp($file)) {
+            next unless $line =~ $BAD_LOG;
+            next if defined $allow && $line =~ $allow && $line !~ /exited on signal|Sanitizer|runtime error:/;
+            push @bad, "$file: $line";
+        }
+    }
+    push @bad, map { "$_: " . substr(slurp($_), 0, 4000) } _sanitizer_reports();
+    return @bad;
+}
+
+my $CHECKED = 0;
+
+# Stops every nginx, then the check: one more test (before done_testing) or, if the file ends
+# without done_testing, a diagnostic and a failing exit code.
+sub _teardown_check {
+    my ($as_test) = @_;
+    return if $CHECKED++ || $$ != $CREATOR;
+    $_->stop for @INSTANCES;
+    my @bad = bad_log_lines();
+    if ($as_test) {
+        Test::More::ok(!@bad, 'teardown: no alert, crit, signal or sanitizer report in any error.log')
+          or Test::More::diag(join "\n", @bad);
+    } elsif (@bad) {
+        print STDERR "# RLTest teardown: alert, crit, signal or sanitizer report:\n# ", join("\n# ", @bad), "\n";
+        return 1;
+    }
+    return 0;
+}
+
+# done_testing runs the teardown check first (test files call Test::More's done_testing).
+{
+    require Test::More;
+    no warnings 'redefine';
+    my $orig = \&Test::More::done_testing;
+    *Test::More::done_testing = sub { _teardown_check(1); goto &$orig };
+}
+
+# Tests that provoke an alert on purpose: $n->allow_log(qr/.../) ignores matching alert or crit
+# lines of this instance (never a signal or a sanitizer report).
+sub allow_log {
+    my ($self, $re) = @_;
+    $_->[1] = $re for grep { $_->[0] eq "$self->{dir}/error.log" } @LOGS;
+    return $self;
+}
+
 END {
     my $rc = $?;
-    if ($$ == $CREATOR) { $_->stop for @INSTANCES; RLTest::Redis::stop_all(); }
+    if ($$ == $CREATOR) {
+        my $fail = _teardown_check(0);
+        $_->stop for @INSTANCES;
+        RLTest::Redis::stop_all();
+        print STDERR "# RLTEST_KEEP: kept $_\n" for @KEPT;
+        $rc = 255 if $fail && !$rc;
+    }
     $? = $rc;
 }
 
@@ -459,6 +563,99 @@ sub wait_log {
         return undef if time > $deadline;
         sleep 0.05;
     }
+}
+
+# ------------------------------------------------- helpers shared by the Redis tests
+
+# $n->timed($path [, \%headers]) -> (status or 'ERR', X-Status header or '', milliseconds)
+sub timed {
+    my ($self, $path, $hdrs) = @_;
+    my $t0 = time;
+    my ($s, $h) = $self->get($path, $hdrs);
+    return ($s // 'ERR', $h->{'x-status'} // '', int((time - $t0) * 1000));
+}
+
+# $n->resumes_within($path_or_coderef [, $limit]): seconds until a request is decided by Redis
+# again (X-Status PASSED or REJECTED), polling; 99 if not within $limit (5) seconds. A coderef
+# gives a new path for each try.
+sub resumes_within {
+    my ($self, $path, $limit) = @_;
+    my $t0 = time;
+    while (time - $t0 < ($limit // 5)) {
+        my (undef, $x) = $self->timed(ref $path ? $path->() : $path);
+        return time - $t0 if $x eq 'PASSED' || $x eq 'REJECTED';
+        sleep 0.02;
+    }
+    return 99;
+}
+
+# $n->wait_decided($path [, $timeout]): until every worker (X-Who: $pid) has had a request
+# decided in Redis (X-Status PASSED). Seconds it took, or undef after $timeout (5) seconds.
+# A coderef gives a new path for each try.
+sub wait_decided {
+    my ($self, $path, $timeout) = @_;
+    my %seen;
+    my $t0 = time;
+    while (time - $t0 < ($timeout // 5)) {
+        my ($s, $h) = $self->get(ref $path ? $path->() : $path);
+        $seen{ $h->{'x-who'} // '' } = 1 if ($h->{'x-status'} // '') eq 'PASSED';
+        return time - $t0 if keys %seen >= $self->{workers};
+        sleep 0.02;
+    }
+    return undef;
+}
+
+# $n->remaining($path): units left as a quantity=0 location reports them ('-' if not decided
+# in Redis).
+sub remaining {
+    my ($self, $path) = @_;
+    my ($s, $h) = $self->get($path);
+    my ($item) = parse_sf_list($h->{ratelimit});
+    return ($h->{'x-status'} // '') eq 'PASSED' && $item ? $item->{r} : '-';
+}
+
+# $n->wait_consumed($path, $max): polls a quantity=0 location until the key has at most $max
+# units left; false after 5 seconds.
+sub wait_consumed {
+    my ($self, $path, $max) = @_;
+    my $deadline = time + 5;
+    while (time < $deadline) {
+        my $rem = $self->remaining($path);
+        return 1 if $rem =~ /^\d+$/ && $rem <= $max;
+        sleep 0.02;
+    }
+    return 0;
+}
+
+# A new client key each call: k1, k2, ... (or PREFIX1, ...).
+my $FRESH = 0;
+sub fresh_key { my ($prefix) = @_; $FRESH++; return ($prefix // 'k') . $FRESH }
+
+# The statuses seen in a run_clients result: '200,429'.
+sub codes { my ($r) = @_; return join ',', sort grep { !/^:/ } keys %$r }
+
+# Recorded "uri key status ..." values of a run_clients result -> { "uri key" => { status => n } }.
+sub tally {
+    my ($r) = @_;
+    my %t;
+    for my $v (keys %{ $r->{':values'} || {} }) {
+        my ($uri, $k, $st) = split / /, $v;
+        $t{"$uri $k"}{ $st // '' } += $r->{':values'}{$v};
+    }
+    return \%t;
+}
+
+# Resident memory of a process in kB (VmRSS), 0 if gone.
+sub worker_rss {
+    my ($pid) = @_;
+    return slurp("/proc/$pid/status") =~ /^VmRSS:\s+(\d+)\s+kB/m ? $1 : 0;
+}
+
+# start_proxy(upstream => $redis_or_port, ...) -> RLTest::Proxy, a misbehaving Redis in front of
+# a real one (see t/lib/RLTest/Proxy.pm).
+sub start_proxy {
+    require RLTest::Proxy;
+    return RLTest::Proxy->start(@_);
 }
 
 # ------------------------------------------------------- concurrency helper
@@ -650,7 +847,7 @@ my @ALL;
 sub start {
     my ($class, %o) = @_;
     my $self = bless { port => $o{port} // RLTest::free_port(), args => $o{args} || [], password => $o{password},
-        dir => $o{dir} // tempdir('rlredis-XXXXXX', TMPDIR => 1, CLEANUP => 1), creator => $$ }, $class;
+        dir => $o{dir} // RLTest::_tempdir('rlredis'), creator => $$ }, $class;
     push @ALL, $self;
     $self->_spawn;
     return $self;
@@ -752,6 +949,7 @@ package RLTest::RedisCluster;
 #   $c->cmd($node, @args)             (1, decoded reply) or (0, reason)
 #   $c->cli_all(@args)                on every live node
 #   $c->scan($pattern)                [key, primary] for every matching key on every live primary
+#   $c->learn($n, $loc, $prefix, @ks) where the state of each client key went (one request each)
 #   $c->dbsize($node), $c->countkeysinslot($node, $slot), $c->keys_in_slot($node, $slot)
 #   $c->redirections($node)           (MOVED, ASK) replied so far (INFO errorstats)
 #   $c->info($node [, $section])      CLUSTER INFO, or INFO $section
@@ -1113,6 +1311,23 @@ sub scan {
         } while ($cursor ne '0');
     }
     return @r;
+}
+
+# learn($n, $location, $key_prefix, @client_keys): one request per client key through nginx
+# $n; returns { client key => { key => Redis key, slot, node } } for the keys whose single new
+# state key (a key starting with $key_prefix, e.g. 'rl:{zone:') was found.
+sub learn {
+    my ($self, $n, $loc, $prefix, @ks) = @_;
+    my %seen = map { $_->[0] => 1 } $self->scan("$prefix*");
+    my %r;
+    for my $k (@ks) {
+        $n->get("$loc?k=$k");
+        my @new = grep { !$seen{ $_->[0] } } $self->scan("$prefix*");
+        $seen{ $_->[0] } = 1 for @new;
+        next unless @new == 1;
+        $r{$k} = { key => $new[0][0], node => $new[0][1], slot => $self->keyslot($new[0][0]) };
+    }
+    return \%r;
 }
 
 sub dbsize { my ($self, $node) = @_; my $n = $self->cli($node, 'DBSIZE'); return $n =~ /^\d+$/ ? $n : -1 }
