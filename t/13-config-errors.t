@@ -153,36 +153,36 @@ C
     ratelimit_zone z key=$arg_k rate=1r/s burst=x;   # BAD
 C
     # A parameter given twice is refused, never one value silently dropped.
-    ['zone= twice', <<'C', qr/duplicate parameter "zone=" \("zone=z" and "zone=y"\) in "ratelimit" directive/],
+    ['zone= twice', <<'C', qr/duplicate parameter "zone=" in "ratelimit" directive/],
     ratelimit_zone z key=$arg_k rate=1r/s;
     ratelimit_zone y key=$arg_k rate=1r/s;
     ratelimit zone=z zone=y;   # BAD
 C
-    ['rate= twice', <<'C', qr/duplicate parameter "rate=" \("rate=5r\/s" and "rate=500r\/s"\) in "ratelimit_zone" directive/],
+    ['rate= twice', <<'C', qr/duplicate parameter "rate=" in "ratelimit_zone" directive/],
     ratelimit_zone z key=$arg_k rate=5r/s rate=500r/s;   # BAD
 C
-    ['key= twice', <<'C', qr/duplicate parameter "key=" [^\n]* in "ratelimit_zone" directive/],
+    ['key= twice', <<'C', qr/duplicate parameter "key=" in "ratelimit_zone" directive/],
     ratelimit_zone z key=$arg_k rate=5r/s key=$remote_addr;   # BAD
 C
-    ['algo= twice', <<'C', qr/duplicate parameter "algo=" [^\n]* in "ratelimit_zone" directive/],
+    ['algo= twice', <<'C', qr/duplicate parameter "algo=" in "ratelimit_zone" directive/],
     ratelimit_zone z key=$arg_k rate=5r/s algo=gcra algo=fixed;   # BAD
 C
-    ['zone burst= twice', <<'C', qr/duplicate parameter "burst=" [^\n]* in "ratelimit_zone" directive/],
+    ['zone burst= twice', <<'C', qr/duplicate parameter "burst=" in "ratelimit_zone" directive/],
     ratelimit_zone z key=$arg_k rate=5r/s burst=1 burst=2;   # BAD
 C
-    ['ratelimit burst= twice', <<'C', qr/duplicate parameter "burst=" [^\n]* in "ratelimit" directive/],
+    ['ratelimit burst= twice', <<'C', qr/duplicate parameter "burst=" in "ratelimit" directive/],
     ratelimit_zone z key=$arg_k rate=5r/s;
     ratelimit zone=z burst=1 burst=9;   # BAD
 C
-    ['quantity= twice', <<'C', qr/duplicate parameter "quantity=" [^\n]* in "ratelimit" directive/],
+    ['quantity= twice', <<'C', qr/duplicate parameter "quantity=" in "ratelimit" directive/],
     ratelimit_zone z key=$arg_k rate=5r/s;
     ratelimit zone=z quantity=1 quantity=$arg_q;   # BAD
 C
-    ['ratelimit_redis timeout= twice', <<'C', qr/duplicate parameter "timeout=" [^\n]* in "ratelimit_redis" directive/],
+    ['ratelimit_redis timeout= twice', <<'C', qr/duplicate parameter "timeout=" in "ratelimit_redis" directive/],
     ratelimit_redis r 127.0.0.1:6379 timeout=10ms timeout=1s;   # BAD
 C
-    ['ratelimit_redis password= twice', <<'C', qr/duplicate parameter "password=" [^\n]* in "ratelimit_redis" directive/],
-    ratelimit_redis r 127.0.0.1:6379 password=a password=b;   # BAD
+    ['ratelimit_redis password= twice', <<'C', qr/duplicate parameter "password=" in "ratelimit_redis" directive(?!.*secret-[ab])/s],
+    ratelimit_redis r 127.0.0.1:6379 password=secret-a password=secret-b;   # BAD
 C
     ['ratelimit_status out of range', <<'C', qr/value must be between 400 and 599 in "ratelimit_status" directive/],
     ratelimit_status 200;   # BAD

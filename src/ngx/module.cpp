@@ -346,8 +346,8 @@ bool rl_no_duplicate_params(ngx_conf_t* cf, ngx_uint_t first) noexcept {
         size_t n = static_cast<size_t>(eq - args[i].data) + 1;  // the name and its '='
         for (ngx_uint_t j = first; j < i; j++) {
             if (args[j].len >= n && ngx_strncmp(args[j].data, args[i].data, n) == 0) {
-                rl_conf_error(cf, "duplicate parameter \"%*s\" (\"%V\" and \"%V\")", n, args[i].data, &args[j],
-                              &args[i]);
+                // The name only: the values may be secrets (password=).
+                rl_conf_error(cf, "duplicate parameter \"%*s\"", n, args[i].data);
                 return false;
             }
         }

@@ -191,5 +191,6 @@ rl_redis_node_t* rl_cluster_redirect(rl_redis_t* redis, const redisReply* reply,
 }
 
 void rl_cluster_node_failed(rl_redis_node_t* node) noexcept {
-    if (node->redis->cluster) rl_cluster_refresh_soon(node->redis);
+    // A seed may fail at once, while the worker starts, before the cluster state exists.
+    if (node->redis->cluster && node->redis->cluster_state != nullptr) rl_cluster_refresh_soon(node->redis);
 }

@@ -251,6 +251,8 @@ rl_redis_t* rl_redis_find(rl_main_conf_t* mcf, const ngx_str_t& name) noexcept {
 }
 
 ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
+    // Workers only: the cache manager and loader run init_process too, and never serve requests.
+    if (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE) return NGX_OK;
     auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratelimit_module));
     if (mcf == nullptr) return NGX_OK;
     auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);

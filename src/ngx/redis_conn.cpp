@@ -512,9 +512,10 @@ void rl_conn_init(rl_conn_t* conn, rl_conn_shared_t* shared, const ngx_addr_t& a
         events[i]->log = shared->log;
         events[i]->cancelable = 1;  // never keeps a worker from exiting
     }
-    // nginx logs a refused connect at "error" on every attempt: ours are reported once a second.
+    // nginx logs a failed connect on every attempt, at "error" (refused, unreachable) or "crit"
+    // (a unix socket not there): ours are reported once a second, with the reason.
     conn->log = *shared->log;
-    conn->log.log_level = NGX_LOG_CRIT;
+    conn->log.log_level = NGX_LOG_ALERT;
 }
 
 bool rl_conn_usable(rl_conn_t* conn) noexcept {

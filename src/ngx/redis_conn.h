@@ -18,8 +18,8 @@ typedef void (*rl_conn_event_pt)(rl_conn_t* conn);
 // Whether the reply to the handshake's command `index` lets the connection be used.
 typedef bool (*rl_conn_handshake_pt)(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply);
 
-// One command in flight. Owned by the connection; its owner keeps a pointer only to abandon it
-// (data = nullptr: the reply is dropped), and forgets it once `done` has been called.
+// One command in flight, owned by the connection. `done` gets its reply (or nullptr), unless
+// `data` is nullptr; owners that give up on a command keep that state on their side.
 struct rl_conn_op_t {
     ngx_queue_t queue;
     rl_conn_reply_pt done;
@@ -93,7 +93,7 @@ rl_conn_op_t* rl_conn_send(rl_conn_t* conn, const u_char* cmd, size_t len, rl_co
                            uintptr_t tag, ngx_uint_t weight = 1) noexcept;
 // Makes the connection write (and ask its owner to fill) at the end of this loop turn.
 void rl_conn_schedule_flush(rl_conn_t* conn) noexcept;
-// Closes it at worker exit: nothing is in flight any more by then.
+// Closes it at worker exit: what is still in flight gets no reply (nor callback).
 void rl_conn_close(rl_conn_t* conn) noexcept;
 
 // Logs a Redis error at most once per second per ratelimit_redis (and worker), with the number

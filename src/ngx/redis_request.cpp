@@ -189,7 +189,8 @@ void retry_call(rl_call_t* call) {
 // on that connection only), so it cannot wait in the queue behind other calls.
 void send_asking(rl_call_t* call) {
     static const char kAsking[] = "*1\r\n$6\r\nASKING\r\n";
-    if (++call->redirects > 5 ||
+    // ASKING applies to the next command on the connection: room for both, or neither goes.
+    if (++call->redirects > 5 || !can_take(call->node, 2) ||
         !send_command(call->node, reinterpret_cast<const u_char*>(kAsking), sizeof(kAsking) - 1,
                       [](rl_conn_op_t*, redisReply*) noexcept {}, call->redis, 1)) {
         call_fails_now(call);
@@ -289,8 +290,12 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
         moved_to = rl_cluster_redirect(redis, reply, &ask);
         rl_metrics_redirect(redis->conn.metrics, is_error(reply, "ASK "));
         retry = moved_to != nullptr;
-        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, redis->conn.log, 0, "ratelimit redis \"%V\" at %V: %*s",
-                       &redis->name, &node->conn.addr.name, static_cast<size_t>(reply->len), reply->str);
+#if (NGX_DEBUG)
+        char text[rl::kLogTextCap];
+        size_t len = rl::log_text(reply->str, reply->len, text, sizeof(text));
+        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, redis->conn.log, 0, "ratelimit redis \"%V\" at %V: %*s", &redis->name,
+                       &node->conn.addr.name, len, text);
+#endif
     } else if (reply != nullptr && redis->cluster && is_error(reply, "TRYAGAIN") && batch->n > 1) {
         // A slot in migration, with some of the batch's keys moved and some not: each request
         // on its own is on one side or the other (and gets its own ASK).
