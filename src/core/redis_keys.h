@@ -2,9 +2,11 @@
 //
 // The braces are a Redis Cluster hash tag: every algorithm's state for one key sits in one
 // slot, and different keys of a zone spread over the cluster. The user-controlled key only
-// appears as its fixed-length keyed hash, so a hostile key cannot pick its slot or inject
-// braces (the nginx side validates that prefix and zone contain none). The algorithm suffix
-// keeps a hash (5 algorithms) and a list (the log) from ever sharing a name.
+// appears as its fixed-length hash, so a hostile key cannot inject braces or name a slot by
+// its text (the nginx side validates that prefix and zone contain none); the hash's key is
+// public, so a client can compute which slot its own keys land on, not reach another's state.
+// The algorithm suffix keeps a string state (5 algorithms) and a list (the log) from ever
+// sharing a name.
 #pragma once
 #include <cstddef>
 #include <cstdint>
