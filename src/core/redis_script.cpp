@@ -139,30 +139,46 @@ end
 )lua";
 
 constexpr char kFixed[] = R"lua(
--- fixed_window.cpp: a = window start, b = count in it ---------------------------------------
+-- fixed_window.cpp: a = window start, b = count in it, c = the period it was counted under --
 
-local function decide_fixed(a, b, now, cost, req, per)
+local function decide_fixed(a, b, c, now, cost, req, per)
   local start = now - now % per  -- window_start
   local count = 0
-  if start <= a then
+  local under = per
+  if c > 0 then under = c end
+  local until_ = 0  -- when a count carried from another period stops applying
+  if under ~= per then
+    -- A tier with another period counted it: its count carries over while it reaches here.
+    if a >= start or under > start - a then
+      count = b
+      if count > req then count = req end
+      local e = a + under - 1
+      until_ = e - e % per + per
+    end
+    if a > now then start = a end
+  elseif start <= a then
     -- The same window, or the clock went back into an older one: keep counting in the newer.
     start = a
     count = b
     if count > req then count = req end
   end
   local end_in = start + per - now
+  local fresh_in = end_in
+  if until_ - now > end_in then fresh_in = until_ - now end
   local ok, retry = false, 0
   if cost > req then
     retry = -1
   elseif count + cost <= req then
     ok = true
   else
-    retry = end_in  -- the next window is fresh
+    retry = fresh_in
   end
   local after, reset = count, 0
   if ok then after = count + cost end
-  if after > 0 then reset = end_in end
-  if ok and cost > 0 then return ok, req - after, reset, retry, true, start, after, 0 end
+  if after > 0 then
+    if ok and cost > 0 then reset = end_in else reset = fresh_in end
+  end
+  if ok and cost > 0 then return ok, req - after, reset, retry, true, start, after, per end
   return ok, req - after, reset, retry, false
 end
 )lua";
@@ -538,7 +554,7 @@ local function run(keys, argv)
             elseif algo == 3 then
               ok, rem, reset, retry, w, x, y, z = decide_sliding(a, b, c, now, cost, req, per, wsc)
             else
-              ok, rem, reset, retry, w, x, y, z = decide_fixed(a, b, now, cost, req, per)
+              ok, rem, reset, retry, w, x, y, z = decide_fixed(a, b, c, now, cost, req, per)
             end
             if w and x == a and y == b and z == c then w = false end
             -- A refund that changed the state keeps it, with the TTL of the cost-0 decision on it.
