@@ -48,7 +48,7 @@ bool rl_tier_check_applied(ngx_conf_t* cf, rl_applied_t* applied) noexcept {
 const rl::Policy* rl_tier_policy(ngx_http_request_t* r, const rl_applied_t& applied, rl::Policy* out) noexcept {
     rl_zone_t* zone = applied.zone;
     *out = applied.policy;  // default_rate, and the line's burst, the zone's, or 0 for a variable one
-    ngx_str_t value;
+    ngx_str_t value = ngx_null_string;
     if (zone->rate_cv != nullptr && ngx_http_complex_value(r, zone->rate_cv, &value) == NGX_OK && value.len > 0 &&
         !rl::parse_rate(rl_sv(value), out->requests, out->period_us)) {
         rl_warn_value(r, zone, &zone->tier_warned, "rate", value, "default_rate applies");
