@@ -97,12 +97,12 @@ TEST(TierChange, AnExhaustedKeyIsNotReset) {
     }
 }
 
-// The fixed window across periods: the count of the window in progress carries into the new
-// tier's, which its requests may all lie in.
+// The fixed window across periods: its count applies to the new tier's windows that may hold
+// its requests, up to the one that holds the last of them.
 TEST(TierChange, FixedWindowAcrossPeriods) {
     const rl::Algo f = rl::Algo::fixed;
     {
-        Key k(policy(f, 60, kHour));  // 60 used by 20 minutes into the hour
+        Key k(policy(f, 60, kHour));  // 60 used, the last 20 minutes into the hour
         ASSERT_TRUE(k.allowed(kT0, 60));
         k.p = policy(f, 100, 15 * kMin);  // 100/15m: its window began at 15 minutes
         EXPECT_EQ(remaining(k, kT0 + kSec), 40);
@@ -124,18 +124,23 @@ TEST(TierChange, FixedWindowAcrossPeriods) {
     {
         Key k(policy(f, 60, kHour));
         ASSERT_TRUE(k.allowed(kT0, 30));
-        k.p = policy(f, 100, kSec);  // 100r/s: 30 already counted in this second
+        k.p = policy(f, 100, kSec);  // 100r/s: the 30 may all lie in this second
         EXPECT_EQ(remaining(k, kT0 + kSec / 2), 70);
         ASSERT_TRUE(k.allowed(kT0 + kSec / 2, 1));
         EXPECT_EQ(remaining(k, kT0 + kSec), 100);  // the next second is fresh
-        // The count the old hour carried cannot be lost by waiting without a request.
+        // More than the new quota: rejected until the second of the last of them has passed,
+        // not until the hour ends.
         Key w(policy(f, 60, kHour));
         ASSERT_TRUE(w.allowed(kT0, 60));
         w.p = policy(f, 50, kSec);
-        rl::Decision d = w.hit(kT0 + 5 * kMin, 1);
+        rl::Decision d = w.hit(kT0 + kSec / 4, 1);
         EXPECT_FALSE(d.allowed);
-        EXPECT_EQ(d.retry_after_us, 35 * kMin);  // the hour's end: its 60 fit no second before
-        EXPECT_TRUE(w.allowed(kT0 + 40 * kMin, 50));
+        EXPECT_EQ(d.retry_after_us, 3 * kSec / 4);
+        EXPECT_TRUE(w.allowed(kT0 + kSec, 50));
+        Key later(policy(f, 60, kHour));
+        ASSERT_TRUE(later.allowed(kT0, 60));
+        later.p = policy(f, 50, kSec);
+        EXPECT_EQ(remaining(later, kT0 + 5 * kMin), 50);  // the 60 lie in seconds long past
     }
 }
 

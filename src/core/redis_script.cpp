@@ -139,46 +139,32 @@ end
 )lua";
 
 constexpr char kFixed[] = R"lua(
--- fixed_window.cpp: a = window start, b = count in it, c = the period it was counted under --
+-- fixed_window.cpp: a = window start, b = count, c = time of the last counted admission -------
 
 local function decide_fixed(a, b, c, now, cost, req, per)
   local start = now - now % per  -- window_start
-  local count = 0
-  local under = per
-  if c > 0 then under = c end
-  local until_ = 0  -- when a count carried from another period stops applying
-  if under ~= per then
-    -- A tier with another period counted it: its count carries over while it reaches here.
-    if a >= start or under > start - a then
-      count = b
-      if count > req then count = req end
-      local e = a + under - 1
-      until_ = e - e % per + per
-    end
-    if a > now then start = a end
-  elseif start <= a then
-    -- The same window, or the clock went back into an older one: keep counting in the newer.
-    start = a
+  local last = a
+  if c > a then last = c end
+  local count, till = 0, now
+  if start <= last then
+    -- The same window, or the clock went back: keep counting until the last one's window passed.
     count = b
     if count > req then count = req end
+    if last > now then till = last end
   end
-  local end_in = start + per - now
-  local fresh_in = end_in
-  if until_ - now > end_in then fresh_in = until_ - now end
+  local fresh_in = till - till % per + per - now
   local ok, retry = false, 0
   if cost > req then
     retry = -1
   elseif count + cost <= req then
     ok = true
   else
-    retry = fresh_in
+    retry = fresh_in  -- the next window is fresh
   end
   local after, reset = count, 0
   if ok then after = count + cost end
-  if after > 0 then
-    if ok and cost > 0 then reset = end_in else reset = fresh_in end
-  end
-  if ok and cost > 0 then return ok, req - after, reset, retry, true, start, after, per end
+  if after > 0 then reset = fresh_in end
+  if ok and cost > 0 then return ok, req - after, reset, retry, true, start, after, till end
   return ok, req - after, reset, retry, false
 end
 )lua";
