@@ -52,6 +52,9 @@ $zones
         add_header X-Who \$pid always;
 $locs
         location /warm/one { ratelimit zone=warm_one; empty_gif; }
+        # A burst on the line replaces the zone's variable one.
+        location /line/gcra { ratelimit zone=shm_gcra burst=3 quantity=\$arg_q; empty_gif; }
+        location /line/raw  { ratelimit zone=shm_raw burst=100000; empty_gif; }
         location /warm/rc  { ratelimit zone=warm_rc; empty_gif; }
     }
 EOF2
@@ -126,6 +129,19 @@ for my $b (@backends) {
         @s = map { req("$p$k", undef, 'X-Rate' => '1r/d', 'X-Burst' => '1000000') } 1 .. 2;
         is("@s", '200 q=1 w=86400 r=0 429 q=1 w=86400 r=0', "$b: a burst too large for the rate counts 0");
     }
+}
+
+# A static burst on the `ratelimit` line: the plan's rate, the line's burst; a variable rate too
+# fast for that burst falls back to default_rate.
+{
+    my $k = fresh_key('l');
+    is(req("/line/gcra?k=$k&q=4", 'pro'), '200 q=5000 w=3600 r=0', 'line burst=3 under pro: 4 at once');
+    is(req("/line/gcra?k=$k&q=1", 'pro'), '429 q=5000 w=3600 r=0', '... and no more');
+    sleep 1.05;    # the zone's warnings of the loop above are in an earlier second
+    is(req('/line/raw?k=' . fresh_key('l'), undef, 'X-Rate' => '1r/d'), '200 q=60 w=3600 r=100000',
+        'a rate too slow for the line\'s burst: default_rate');
+    ok(defined $n->wait_log(qr/\[warn\].*zone "shm_raw": invalid rate "1r\/d", too low for the burst, default_rate applies/),
+        '... logged');
 }
 
 # The warnings: once a second per zone and worker, the value sanitized and capped.
