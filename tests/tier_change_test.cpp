@@ -97,6 +97,20 @@ TEST(TierChange, AnExhaustedKeyIsNotReset) {
     }
 }
 
+// 7r/s does not divide a second in whole microseconds: its bucket's units are 1/7 µs. GCRA keeps
+// its time; the leaky bucket keeps its units, which 100r/s reads as microseconds (README).
+TEST(TierChange, BucketUnitsOtherThanMicroseconds) {
+    for (rl::Algo a : kBuckets) {
+        SCOPED_TRACE(rl::algo_name(a));
+        Key k(policy(a, 7, kSec, 6));
+        ASSERT_TRUE(k.allowed(kT0, 7));
+        k.p = policy(a, 100, kSec, 99);
+        rl::Decision d = k.hit(kT0, 1);
+        EXPECT_FALSE(d.allowed);
+        EXPECT_EQ(d.retry_after_us, a == rl::Algo::leaky ? 6010000 : 10000);
+    }
+}
+
 // The fixed window across periods: its count applies to the new tier's windows that may hold
 // its requests, up to the one that holds the last of them.
 TEST(TierChange, FixedWindowAcrossPeriods) {
