@@ -170,7 +170,7 @@ end
 )lua";
 
 constexpr char kSliding[] = R"lua(
--- sliding_window.cpp: a = window start, b = previous window's count, c = current -------------
+-- sliding_window.cpp: a = last admission counted, b = previous window's count, c = a's window's
 
 -- floor((per - elapsed) * wsc / per): the previous window's weight, in 1/wsc.
 local function weight_at(per, wsc, elapsed)
@@ -207,14 +207,17 @@ local function decide_sliding(a, b, c, now, cost, req, per, wsc)
   local prev, cur, back = b, c, 0
   if prev > req then prev = req end
   if cur > req then cur = req end
-  if start <= a then
+  local stored = a - a % per  -- a's window
+  local last = 0
+  if start <= stored then
     -- The same window, or the clock went back: count from the stored window's start.
-    if now < a then
-      back = a - now
-      now = a
+    if now < stored then
+      back = stored - now
+      now = stored
     end
-    start = a
-  elseif start == a + per then
+    start = stored
+    last = a
+  elseif start == stored + per then
     prev, cur = cur, 0
   else
     prev, cur = 0, 0
@@ -248,7 +251,8 @@ local function decide_sliding(a, b, c, now, cost, req, per, wsc)
   end
   if reset > 0 then reset = reset + back end
   if not ok and retry ~= -1 then retry = retry + back end
-  if ok and cost > 0 then return ok, rem, reset, retry, true, start, prev, after end
+  if last < now then last = now end
+  if ok and cost > 0 then return ok, rem, reset, retry, true, last, prev, after end
   return ok, rem, reset, retry, false
 end
 )lua";
@@ -366,9 +370,10 @@ end
 
 local function refund_sliding(a, b, c, at, cost, per)
   local w = at - at % per
-  if w == a then
+  local stored = a - a % per
+  if w == stored then
     c = drop(c, cost)
-  elseif w == a - per then
+  elseif w == stored - per then
     b = drop(b, cost)
   end
   return a, b, c
