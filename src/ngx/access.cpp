@@ -107,6 +107,11 @@ ngx_uint_t select_results(rl_ctx_t* ctx, rl_store_e store, rl_result_t** out) {
 
 void** scratch_of(rl_ctx_t* ctx) { return reinterpret_cast<void**>(ctx->results + ctx->nresults); }
 rl_result_t** list_of(rl_ctx_t* ctx) { return reinterpret_cast<rl_result_t**>(scratch_of(ctx) + 2 * ctx->nresults); }
+// A tiered location's per-request policies: after the room the results, the scratch and the
+// list take for all `n` of its limits (they use less when some key is empty).
+rl::Policy* tier_policies(rl_ctx_t* ctx, ngx_uint_t n) {
+    return reinterpret_cast<rl::Policy*>(reinterpret_cast<void**>(ctx->results + n) + 3 * n);
+}
 
 // Resumes a request that waited for Redis: its phases run again from this handler.
 void rl_wake(ngx_event_t* ev) noexcept {
@@ -226,8 +231,6 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
     ngx_http_set_ctx(r, ctx, ngx_http_ratelimit_module);
 
     auto* applied = static_cast<rl_applied_t*>(lcf->applied->elts);
-    // After the room the results and pointer lists take for n limits (they use less for fewer).
-    auto* policies = reinterpret_cast<rl::Policy*>(reinterpret_cast<void**>(ctx->results + n) + 3 * n);
     ngx_uint_t m = 0;
     bool has_redis = false;
     for (ngx_uint_t i = 0; i < n; i++) {
@@ -242,7 +245,7 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         res = rl_result_t{};
         res.applied = &applied[i];
         res.policy = &applied[i].policy;
-        if (applied[i].tiered) res.policy = rl_tier_policy(r, applied[i], &policies[m - 1]);
+        if (applied[i].tiered) res.policy = rl_tier_policy(r, applied[i], tier_policies(ctx, n) + (m - 1));
         res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
         res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
         res.store = applied[i].zone->redis ? RL_STORE_REDIS : RL_STORE_SHM;
