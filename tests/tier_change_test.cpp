@@ -73,6 +73,25 @@ TEST(TierChange, BucketsCarryTheirLevelByTime) {
     }
 }
 
+// A tier whose bucket holds less time than the key owes (100r/s burst 99: one second) waits
+// for the rest with gcra and leaky; the token bucket's 10 minutes of tokens fill it (README).
+TEST(TierChange, ShallowerBucket) {
+    for (rl::Algo a : kBuckets) {
+        SCOPED_TRACE(rl::algo_name(a));
+        Key k(free_tier(a));
+        ASSERT_TRUE(k.allowed(kT0, 50));
+        k.p = policy(a, 100, kSec, 99);
+        rl::Decision d = k.hit(kT0, 1);
+        if (a == rl::Algo::token) {
+            EXPECT_TRUE(d.allowed);
+            EXPECT_EQ(d.remaining, 99);
+        } else {
+            EXPECT_FALSE(d.allowed);
+            EXPECT_EQ(d.retry_after_us, 2999010000);  // 50 minutes, less the bucket's second, plus 10 ms
+        }
+    }
+}
+
 // A key that used all of the free tier is not reset by a move up, nor by a move back down.
 TEST(TierChange, AnExhaustedKeyIsNotReset) {
     for (rl::Algo a : {rl::Algo::gcra, rl::Algo::token, rl::Algo::leaky, rl::Algo::fixed, rl::Algo::sliding}) {
