@@ -685,7 +685,7 @@ function(keys, argv)
     end
     -- Windows: the newest window and the one before it, counts added per window.
     local scur, sprev = b, 0
-    if algo == 3 then scur, sprev = c, b end
+    if algo == 3 then scur, sprev, a = c, b, a - a % per end  -- a sliding state's a: a time in its window
     local at = a
     if dat > at then at = dat end
     local cur, prev = 0, 0
@@ -720,7 +720,7 @@ function(keys, argv)
     if algo == 1 then return decide_token(a, b, c, now, cost, burst, refill, tok, depth) end
     if algo == 2 then return decide_leaky(a, b, now, cost, burst, refill, tok, depth) end
     if algo == 3 then return decide_sliding(a, b, c, now, cost, req, per, wsc) end
-    return decide_fixed(a, b, now, cost, req, per)
+    return decide_fixed(a, b, c, now, cost, req, per)
   end
 
   local out = {now}
