@@ -147,6 +147,8 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
             r.le_double(p.weight_scale);
             r.le_double(clamp_cost(c.cost));
             r.le_double(c.at);
+            r.le_double(p.delay_level);
+            r.le_double(p.max_delay_units);
         }
     }
     r.end_bulk();
@@ -200,7 +202,7 @@ size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck
 
 size_t batch_command_bound(std::string_view prefix, const RedisGroup* groups, size_t ngroups) noexcept {
     // Per check: its key's bulk string, at most redis_key_max_len for the longest zone name
-    // (a zone name is at most kMaxZoneLen), and its 80 bytes; per group its count; then the
+    // (a zone name is at most kMaxZoneLen), and its kCheckBytes; per group its count; then the
     // head: the array, EVALSHA and the sha (or the shorter FCALL and function name), the key
     // count, the mode, now and the blob's head.
     constexpr size_t kBulkFrame = 1 + 20 + 2 + 2;  // "$<len>\r\n...\r\n"
@@ -225,7 +227,8 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
     for (size_t g = 0; g < ngroups; g++) {
         bool all = true;
         for (size_t i = 0; i < groups[g].n; i++, v += kReplyPerCheck) {
-            if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < kNever) return false;
+            if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < kNever || v[4] < 0) return false;
+            if (v[0] == 0 && v[4] != 0) return false;  // only an allowed check waits
             all = all && v[0] == 1;
         }
         count += all;
@@ -240,6 +243,7 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
             out->remaining = v[1];
             out->reset_us = v[2];
             out->retry_after_us = v[3];
+            out->delay_us = v[4];
             all = all && out->allowed;
         }
         if (admitted != nullptr) admitted[g] = all;
