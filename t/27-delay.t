@@ -32,6 +32,14 @@ sub http_of {
         ['g',  'rate=1r/s burst=2'],      # graceful stop
         map({ ["l_$_", 'rate=1r/m burst=2'] } qw(error warn notice info)),
     );
+    # Redis stores: the same two limits with t1 in shared memory.
+    my $mix = '';
+    if ($redis) {
+        $z .= "    ratelimit_zone tm$sfx key=\$arg_k rate=2r/s burst=3;\n";
+        $z .= "    ratelimit_zone t2m$sfx key=\$arg_k rate=1r/s burst=3$r;\n";
+        $mix = "        location /mix { ratelimit zone=tm$sfx delay=0; ratelimit zone=t2m$sfx delay=0 max_delay=1500ms; empty_gif; }\n"
+          . "        location /tmpeek { ratelimit zone=tm$sfx quantity=0; empty_gif; }\n";
+    }
     my $l = '';
     $l .= "        location /l_$_ { ratelimit_log_level $_; ratelimit zone=l_$_$sfx delay=0; empty_gif; }\n"
       for qw(error warn notice info);
@@ -55,7 +63,7 @@ $z
         location /g     { ratelimit zone=g$sfx delay=0; empty_gif; }
         location /nodelay { ratelimit zone=a$sfx nodelay; empty_gif; }
         location /free  { empty_gif; }
-$l    }
+$mix$l    }
 EOF2
 }
 
@@ -241,6 +249,20 @@ sub scenarios {
     ok(near($ok[1]{delay}, 1000, $spread), "$label: the longer delay applies (t2's 1000 ms, not t1's 500)")
       or diag($ok[1]{delay});
 
+    # The same with t1 in shared memory and t2 in Redis: the longest delay across stores, and
+    # shared memory gives back what Redis's max_delay rejected.
+    if ($n->conf =~ m{location /mix}) {
+        $k = fresh_key();
+        ($spread, @sent) = send_all($port, map { "/mix?k=$k" } 1 .. 2);
+        ok(wait_count($n, qr/delaying request by zone "t2m$sfx"/, 1), "$label: mixed stores: Redis delays");
+        ($s, $h) = $n->get("/mix?k=$k");
+        is($s, 429, "$label: mixed stores: Redis's max_delay rejects");
+        (undef, $h) = $n->get("/tmpeek?k=$k");
+        is(remaining_of($h), 2, "$label: mixed stores: shared memory gave its unit back (2 of 4 used)");
+        @ok = sort { $a->{delay} <=> $b->{delay} } read_all(@sent);
+        ok(near($ok[1]{delay}, 1000, $spread), "$label: mixed stores: Redis's longer delay applies") or diag($ok[1]{delay});
+    }
+
     # Dry run: would-be-delayed requests pass at once.
     $k = fresh_key();
     $t0 = time;
@@ -296,9 +318,33 @@ sub graceful_stop {
     ok($gone, "$label: then nginx exits");
 }
 
+# Until the worker's Redis connection decides requests.
+sub wait_redis {
+    my ($n) = @_;
+    for (1 .. 100) {
+        my (undef, $h) = $n->get('/nodelay?k=' . fresh_key('warm'));
+        return 1 if ($h->{'x-status'} // '') eq 'PASSED';
+        sleep 0.05;
+    }
+    return 0;
+}
+
 my $shm = start_nginx(http_of('', undef), workers => 1);
 variables($shm, 'shm');
 scenarios($shm, 'shm', '');
 graceful_stop($shm, 'shm');
+
+my $redis = start_redis();
+my $rn = start_nginx("    ratelimit_redis main ${\ $redis->addr} timeout=2s;\n" . http_of('_r', 'main'), workers => 1);
+ok(wait_redis($rn), 'redis: connected');
+variables($rn, 'redis');
+scenarios($rn, 'redis', '_r');
+graceful_stop($rn, 'redis');
+
+my $cluster = start_redis_cluster(primaries => 3);
+my $cn = start_nginx("    ratelimit_redis rc cluster ${\ $cluster->seeds} timeout=2s;\n" . http_of('_c', 'rc'), workers => 1);
+ok(wait_redis($cn), 'cluster: connected');
+scenarios($cn, 'cluster', '_c');
+graceful_stop($cn, 'cluster');
 
 done_testing;
