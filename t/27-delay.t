@@ -222,7 +222,7 @@ sub scenarios {
     is(delay_of($h), 0, "$label: the first request of c passes at once");
     my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp') or die;
     print $sock "GET /c?k=$k HTTP/1.1\r\nHost: localhost\r\n\r\n";
-    ok($n->wait_log(qr/delaying request by zone "c$sfx", delay (?:9\.9\d\d|10\.000)s/), "$label: the second waits 10 s");
+    ok($n->wait_log(qr/delaying request, excess: (?:0\.99\d|1\.000), by zone "c$sfx", delay (?:9\.9\d\d|10\.000)s/), "$label: the second waits 10 s");
     (undef, $h) = $n->get("/cpeek?k=$k");
     is(remaining_of($h), 2, "$label: while it waits, 2 of 4 used");
     close $sock;
@@ -239,7 +239,7 @@ sub scenarios {
     # would pass max_delay is rejected and t1 keeps nothing of it.
     $k = fresh_key();
     ($spread, @sent) = send_all($port, map { "/two?k=$k" } 1 .. 2);
-    ok(wait_count($n, qr/delaying request by zone "t2$sfx"/, ++$t2count), "$label: t2 delays");
+    ok(wait_count($n, qr/delaying request, excess: [\d.]+, by zone "t2$sfx"/, ++$t2count), "$label: t2 delays");
     ($s, $h) = $n->get("/two?k=$k");
     is($s, 429, "$label: t2 would wait about 2 s, beyond its max_delay");
     (undef, $h) = $n->get("/t1peek?k=$k");
@@ -254,7 +254,7 @@ sub scenarios {
     if ($n->conf =~ m{location /mix}) {
         $k = fresh_key();
         ($spread, @sent) = send_all($port, map { "/mix?k=$k" } 1 .. 2);
-        ok(wait_count($n, qr/delaying request by zone "t2m$sfx"/, 1), "$label: mixed stores: Redis delays");
+        ok(wait_count($n, qr/delaying request, excess: [\d.]+, by zone "t2m$sfx"/, 1), "$label: mixed stores: Redis delays");
         ($s, $h) = $n->get("/mix?k=$k");
         is($s, 429, "$label: mixed stores: Redis's max_delay rejects");
         (undef, $h) = $n->get("/tmpeek?k=$k");
@@ -273,14 +273,14 @@ sub scenarios {
     ok($dd[0] == 0 && $dd[1] > 500 && $dd[2] > $dd[1] + 500, "$label: dry run: \$ratelimit_delay is the would-be delay")
       or diag("@dd");
     cmp_ok($dry_ms, '<', $dd[2] / 2, "$label: dry run: no request waited ($dry_ms ms for three)");
-    ok($n->wait_log(qr/delaying request \(dry run\) by zone "dz/), "$label: dry run delays are logged");
+    ok($n->wait_log(qr/delaying request \(dry run\), excess: (?:0\.9\d\d|1\.\d\d\d), by zone "dz/), "$label: dry run delays are logged");
 
     # Log levels: one below ratelimit_log_level, info stays info.
     my %level = (error => 'warn', warn => 'notice', notice => 'info', info => 'info');
     for my $lv (sort keys %level) {
         $k = fresh_key();
         $n->get("/l_$lv?k=$k");
-        my ($ok, $c) = send_delayed($n, "/l_$lv?k=$k", qr/\[$level{$lv}\][^\n]*delaying request by zone "l_$lv$sfx"/);
+        my ($ok, $c) = send_delayed($n, "/l_$lv?k=$k", qr/\[$level{$lv}\][^\n]*delaying request, excess: (?:0\.99\d|1\.000), by zone "l_$lv$sfx"/);
         ok($ok, "$label: ratelimit_log_level $lv: delays at $level{$lv}");
         close $c->{s};
     }
@@ -303,7 +303,7 @@ sub graceful_stop {
     my $t0 = time;
     my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $n->port, Proto => 'tcp') or die;
     print $sock "GET /g?k=$k HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-    ok($n->wait_log(qr/delaying request by zone "g[^"]*", delay (?:0\.9\d\d|1\.000)s/), "$label: a request waits 1 s");
+    ok($n->wait_log(qr/delaying request, excess: (?:0\.9\d\d|1\.000), by zone "g[^"]*", delay (?:0\.9\d\d|1\.000)s/), "$label: a request waits 1 s");
     my $master = $n->master_pid;
     kill 'QUIT', $master;
     my $buf = '';
