@@ -62,6 +62,8 @@ $z
         location /t1peek { ratelimit zone=t1$sfx quantity=0; empty_gif; }
         location /g     { ratelimit zone=g$sfx delay=0; empty_gif; }
         location /nodelay { ratelimit zone=a$sfx nodelay; empty_gif; }
+        location /token { ratelimit_algo token; ratelimit zone=a$sfx delay=0; empty_gif; }
+        location /leaky { ratelimit_algo leaky; ratelimit zone=a$sfx delay=0; empty_gif; }
         location /free  { empty_gif; }
 $mix$l    }
 EOF2
@@ -179,6 +181,15 @@ sub scenarios {
     is($s, 200, "$label: a request while others wait");
     my ($longest) = sort { $b <=> $a } map { $_->{ms} } @bg;
     cmp_ok($free_ms * 4, '<', $longest, "$label: answered while a request waited (${free_ms} ms vs $longest ms)");
+
+    # The token and leaky buckets delay alike (delay=0: every excess request waits its turn).
+    for my $algo (qw(token leaky)) {
+        $k = fresh_key();
+        ($spread, @r) = at_once($port, map { "/$algo?k=$k" } 1 .. 3);
+        @ok = sort { $a->{delay} <=> $b->{delay} } @r;
+        ok(near($ok[0]{delay}, 0, $spread) && near($ok[1]{delay}, 500, $spread) && near($ok[2]{delay}, 1000, $spread),
+           "$label: $algo: delays 0, 500, 1000 ms") or diag(join ' ', map { $_->{delay} } @ok);
+    }
 
     # nodelay (the default): the same excess passes at once.
     $k = fresh_key();
