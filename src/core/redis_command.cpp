@@ -227,8 +227,8 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
     for (size_t g = 0; g < ngroups; g++) {
         bool all = true;
         for (size_t i = 0; i < groups[g].n; i++, v += kReplyPerCheck) {
-            if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < kNever || v[4] < 0) return false;
-            if (v[0] == 0 && v[4] != 0) return false;  // only an allowed check waits
+            // v[3]: a rejected check's retry (kNever or > 0), an allowed one's delay (>= 0).
+            if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < (v[0] == 1 ? 0 : kNever)) return false;
             all = all && v[0] == 1;
         }
         count += all;
@@ -242,8 +242,8 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
             out->allowed = v[0] == 1;
             out->remaining = v[1];
             out->reset_us = v[2];
-            out->retry_after_us = v[3];
-            out->delay_us = v[4];
+            out->retry_after_us = out->allowed ? 0 : v[3];
+            out->delay_us = out->allowed ? v[3] : 0;
             all = all && out->allowed;
         }
         if (admitted != nullptr) admitted[g] = all;

@@ -504,7 +504,7 @@ local function run(keys, argv)
   if ngroups > 1 then S, TTL = {}, {} end
   local T  -- a group of several checks: what admitting each one writes, until all have allowed
   local out
-  if nkeys == 1 then out = {0, now, 0, 0, 0, 0, 0} else out = {0, now} end  -- sized at once for the common call
+  if nkeys == 1 then out = {0, now, 0, 0, 0, 0} else out = {0, now} end  -- sized at once for the common call
   local size, p, k, o = #blob, 1, 0, 2
   while p <= size do
     local n = nkeys  -- one group: known already
@@ -513,7 +513,7 @@ local function run(keys, argv)
     local all, pass = true, 1
     repeat
       for i = 1, n do
-        local q, j = p + (i - 1) * 96, o + 5 * (i - 1)
+        local q, j = p + (i - 1) * 96, o + 4 * (i - 1)
         -- pass 2: the group was rejected; its checks that allowed report a cost-0 request.
         if pass == 1 or out[j + 1] == 1 then
           local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu = sunpack('<dddddddddddd', blob, q)
@@ -567,7 +567,9 @@ local function run(keys, argv)
             if refund_it then call('PEXPIRE', key, fmt('%d', ttl_ms(reset))) end
           end
 
-          out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5] = ok and 1 or 0, rem, reset, retry, shaped
+          -- An allowed check's retry is 0: its slot carries the delay instead.
+          if ok then retry = shaped end
+          out[j + 1], out[j + 2], out[j + 3], out[j + 4] = ok and 1 or 0, rem, reset, retry
           if refunding then
             all = all and ok
           elseif pass == 1 then
@@ -596,7 +598,7 @@ local function run(keys, argv)
     end
     if all then out[1] = out[1] + 1 end
     k = k + n
-    o = o + 5 * n
+    o = o + 4 * n
     p = p + n * 96
   end
   if S then
