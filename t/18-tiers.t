@@ -55,6 +55,9 @@ $locs
         # A burst on the line replaces the zone's variable one.
         location /line/gcra { ratelimit zone=shm_gcra burst=3 quantity=\$arg_q; empty_gif; }
         location /line/raw  { ratelimit zone=shm_raw burst=100000; empty_gif; }
+        # delay= shapes at the request's rate: 0.72 s a request for pro, 60 s for free.
+        location /line/delay { ratelimit zone=shm_gcra delay=0 max_delay=2s;
+            add_header X-Delay \$ratelimit_delay always; add_header X-Status \$ratelimit_status always; empty_gif; }
         location /warm/rc  { ratelimit zone=warm_rc; empty_gif; }
     }
 EOF2
@@ -142,6 +145,19 @@ for my $b (@backends) {
         'a rate too slow for the line\'s burst: default_rate');
     ok(defined $n->wait_log(qr/\[warn\].*zone "shm_raw": invalid rate "1r\/d", too low for the burst, default_rate applies/),
         '... logged');
+}
+
+# delay= with a tier: the wait comes from the request's own rate.
+{
+    my $k = fresh_key('d');
+    my ($s, $h) = $n->get("/line/delay?k=$k", { 'X-Plan' => 'pro' });
+    is($s, 200, 'delay=0 under pro: the first request at once');
+    ($s, $h) = $n->get("/line/delay?k=$k", { 'X-Plan' => 'pro' });
+    is("$s $h->{'x-status'} " . ($h->{'x-delay'} // '-'), '200 DELAYED 720', '... the next waits 0.72 s, the pro rate');
+    $k = fresh_key('d');
+    $n->get("/line/delay?k=$k");
+    ($s, $h) = $n->get("/line/delay?k=$k");
+    is("$s $h->{'x-status'}", '429 REJECTED', 'under free the next would wait 60 s: beyond max_delay, rejected');
 }
 
 # The warnings: once a second per zone and worker, the value sanitized and capped.
