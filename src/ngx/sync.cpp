@@ -27,6 +27,8 @@ constexpr ngx_msec_t kExitWait = 3000;      // an exiting worker waits this long
 constexpr ngx_uint_t kExitRounds = 3;
 constexpr ngx_uint_t kMaxRedirects = 5;
 constexpr ngx_msec_t kStaleRound = 3000;    // a round claimed longer ago by a worker that died is over
+constexpr int64_t kStaleAsk = 1000000;      // an ask in flight for longer is given up on (us)
+constexpr size_t kAheadMax = 256;           // background asks queued in one loop turn at most
 
 int64_t now_us() {
     struct timespec ts;
@@ -91,6 +93,16 @@ ngx_queue_t g_waiting;   // requests to ask grants for at the end of this loop t
 ngx_queue_t g_asks;      // lease asks in flight
 ngx_event_t g_ask;       // posted: sends them
 ngx_log_t* g_log;
+
+// Lease keys whose budget runs low, to ask for in the background at the end of the loop turn.
+struct rl_ahead_t {
+    rl_sync_zone_t* zs;
+    rl::KeyHash hash;
+    uint8_t algo;
+    const rl::Policy* policy;
+};
+rl_ahead_t g_ahead[kAheadMax];
+size_t g_nahead;
 
 void log_sync(rl_sync_zone_t* zs, rl_redis_node_t* node, const char* what, const redisReply* reply) {
     u_char text[160];
@@ -200,6 +212,7 @@ void call_failed(rl_sync_call_t* call) {
             k->unsent = merged;
         }
         k->budget += it.si.give_back;
+        if (b->lease_ask) k->asked_at = 0;
         rl_sync_mark(h, it.ref);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -243,6 +256,7 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
         // The view: the global state plus what this host admitted since the send.
         slot->state = k->unsent.empty() ? r.global : rl::apply_delta(r.global, *it.si.policy, redis_now, k->unsent);
         if (zone->sync_mode != RL_SYNC_LEASE) continue;
+        if (b->lease_ask) k->asked_at = 0;
         if (r.granted > 0) {
             k->budget += r.granted;
             k->granted_at = redis_now;
@@ -585,11 +599,37 @@ bool add_waiter(rl_sync_batch_t* b, rl_ctx_t* ctx) {
     return true;
 }
 
-// The asks of one zone for the requests waiting now: one item per key (their costs added).
+rl_sync_item_t* find_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) {
+    for (size_t k = 0; b != nullptr && k < b->nitems; k++) {
+        if (b->items[k].si.hash == hash && b->items[k].algo == algo) return &b->items[k];
+    }
+    return nullptr;
+}
+
+// A lease ask for one key (zone locked): two intervals at its recent rate (the last round's or
+// this one's so far), and what it admitted while Redis was away.
+rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHash& hash, uint8_t algo,
+                         const rl::Policy* policy, int64_t now) {
+    rl::Slot* slot = rl::table_acquire(zs->zone->table, hash, algo, nullptr);
+    rl_sync_key_t* k = rl_sync_key(slot);
+    rl_sync_item_t* it = item_push(b, zs, slot, policy);
+    if (it == nullptr) return nullptr;
+    k->burst = policy->burst;
+    k->asked_at = now;
+    int64_t want = 2 * (k->rate > k->spent ? k->rate : k->spent) - k->budget;
+    it->si.want = want > 1 ? want : 1;
+    it->si.delta = k->unsent;
+    k->unsent = rl::Delta{};
+    return it;
+}
+
+// The asks of one zone for the requests waiting now (one item per key, their costs added) and
+// for the keys running low.
 rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
     rl_sync_batch_t* b = nullptr;
     rl_zone_t* zone = zs->zone;
     ngx_shmtx_lock(&zone->shpool->mutex);
+    int64_t now = now_us() + zone->sync_shm->offset_us;
     for (ngx_queue_t* q = ngx_queue_head(&g_waiting); q != ngx_queue_sentinel(&g_waiting); q = ngx_queue_next(q)) {
         rl_ctx_t* ctx = ngx_queue_data(q, rl_ctx_t, lease);
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
@@ -599,23 +639,22 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
             if (!add_waiter(b, ctx)) continue;  // out of memory: that request falls back
             ctx->lease_waits++;
             auto algo = static_cast<uint8_t>(res.applied->policy.algo);
-            rl_sync_item_t* it = nullptr;
-            for (size_t k = 0; k < b->nitems; k++) {
-                if (b->items[k].si.hash == res.hash && b->items[k].algo == algo) it = &b->items[k];
-            }
+            rl_sync_item_t* it = find_item(b, res.hash, algo);
             if (it == nullptr) {
-                rl::Slot* slot = rl::table_acquire(zone->table, res.hash, algo, nullptr);
-                rl_sync_key_t* k = rl_sync_key(slot);
-                if ((it = item_push(b, zs, slot, &res.applied->policy)) == nullptr) continue;
-                k->burst = res.applied->policy.burst;
-                // Two intervals at the recent rate (the last round's or this one's so far).
-                it->si.want = 2 * (k->rate > k->spent ? k->rate : k->spent);
-                it->si.delta = k->unsent;  // units admitted while Redis was away
-                k->unsent = rl::Delta{};
+                if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
+                it = ask_item(b, zs, res.hash, algo, &res.applied->policy, now);
+                if (it == nullptr) continue;
             }
             it->si.need += res.cost;
             if (it->si.want < it->si.need) it->si.want = it->si.need;
         }
+    }
+    // Then the keys running low (no request waits for them).
+    for (size_t i = 0; i < g_nahead; i++) {
+        const rl_ahead_t& a = g_ahead[i];
+        if (a.zs != zs || find_item(b, a.hash, a.algo) != nullptr) continue;
+        if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
+        ask_item(b, zs, a.hash, a.algo, a.policy, now);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     return b;
@@ -632,6 +671,7 @@ void on_ask(ngx_event_t*) noexcept {
             ngx_queue_insert_tail(&ready, &b->link);
         }
     }
+    g_nahead = 0;
     // Every request now knows how many asks it waits for (none: decided at once, on the fallback).
     while (!ngx_queue_empty(&g_waiting)) {
         ngx_queue_t* q = ngx_queue_head(&g_waiting);
@@ -733,6 +773,16 @@ bool rl_sync_lease_wait(rl_ctx_t* ctx) noexcept {
         ngx_post_event(&g_ask, &ngx_posted_events);
     }
     return true;
+}
+
+void rl_sync_ask_ahead(rl_zone_t* zone, rl::Slot* slot, const rl::Policy* policy, int64_t now) noexcept {
+    rl_sync_key_t* k = rl_sync_key(slot);
+    if (zone->sync == nullptr || g_nahead == kAheadMax || (k->asked_at != 0 && now - k->asked_at < kStaleAsk)) return;
+    k->asked_at = now;  // one ask at a time per key, whichever worker sends it
+    g_ahead[g_nahead++] = rl_ahead_t{zone->sync, slot->hash, slot->algo, policy};
+    if (!g_ask.posted) {
+        ngx_post_event(&g_ask, &ngx_posted_events);
+    }
 }
 
 void rl_sync_lease_cancel(rl_ctx_t* ctx) noexcept {

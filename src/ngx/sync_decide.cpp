@@ -91,6 +91,9 @@ void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
         k->budget -= res.cost;
         k->spent += res.cost;
         k->used_at = res.at;
+        // Less left than half an interval's use: more is asked for before it runs out.
+        int64_t use = k->rate > k->spent ? k->rate : k->spent;
+        if (k->budget * 2 < use) rl_sync_ask_ahead(zone, slot, &p, res.at);
     } else {
         // optimistic, or lease while Redis is away: Redis adds it at the next sync
         if (res.sync & RL_SYNC_LOCAL) {
