@@ -579,7 +579,8 @@ void wake_waiters(rl_sync_batch_t* b) {
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
             rl_result_t& res = ctx->results[i];
             if (res.applied->zone->sync != b->zs || !(res.sync & RL_SYNC_WAIT)) continue;
-            res.sync = static_cast<uint8_t>((res.sync & ~RL_SYNC_WAIT) | RL_SYNC_WAITED | (b->failed ? RL_SYNC_FAILED : 0));
+            int waited = (res.sync & RL_SYNC_WAITED) ? RL_SYNC_WAITED2 : RL_SYNC_WAITED;
+            res.sync = static_cast<uint8_t>((res.sync & ~RL_SYNC_WAIT) | waited | (b->failed ? RL_SYNC_FAILED : 0));
         }
         if (ctx->lease_waits > 0 && --ctx->lease_waits == 0) rl_lease_finished(ctx);
     }

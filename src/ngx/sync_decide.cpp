@@ -59,13 +59,13 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, const r
     rl::Decision d = rl::decide(slot->state, p, now, 0);
     d.allowed = false;
     d.remaining = k->budget;
-    if (!(res.sync & RL_SYNC_WAITED) && k->retry_at <= now) {
+    if (!(res.sync & RL_SYNC_WAITED2) && k->retry_at <= now) {
         res.sync |= RL_SYNC_WAIT;  // the access handler sends an ask and decides again
         d.retry_after_us = 0;
         return d;
     }
-    // It waited once, or Redis said lately that no unit fits before retry_at: rejected, without
-    // asking again (a hot key over its limit costs no round trip per request).
+    // Redis said lately that no unit fits before retry_at (or it waited twice): rejected,
+    // without asking again (a hot key over its limit costs no round trip per request).
     d.retry_after_us = k->retry_at > now ? k->retry_at - now : p.period_us / p.requests + 1;
     return d;
 }
