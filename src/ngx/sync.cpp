@@ -211,7 +211,9 @@ void call_failed(rl_sync_call_t* call) {
             rl::delta_merge(merged, k->unsent, *it.si.policy);
             k->unsent = merged;
         }
-        k->budget += it.si.give_back;
+        if (it.si.give_back > 0 && k->lease.units == 0) {  // else they drain in Redis
+            k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
+        }
         if (b->lease_ask) k->asked_at = 0;
         rl_sync_mark(h, it.ref);
     }
@@ -258,8 +260,7 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
         if (zone->sync_mode != RL_SYNC_LEASE) continue;
         if (b->lease_ask) k->asked_at = 0;
         if (r.granted > 0) {
-            k->budget += r.granted;
-            k->granted_at = redis_now;
+            rl::lease_add(k->lease, *it.si.policy, redis_now, r.granted, r.global);
             k->used_at = redis_now;  // a fresh grant is not idle
         }
         if (it.si.need > r.granted) {
@@ -267,7 +268,7 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
         } else {
             k->retry_at = 0;
         }
-        if (k->budget > 0) rl_sync_mark(h, it.ref);  // given back when idle
+        if (k->lease.units > 0) rl_sync_mark(h, it.ref);  // given back when idle
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     return true;
@@ -446,14 +447,16 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             if (lease) {
                 k->rate = k->spent;
                 k->spent = 0;
-                if (k->budget > 0 && (final || now - k->used_at >= 2 * zone->sync_us)) {
-                    si.give_back = k->budget;  // unspent for two intervals: others may need it
-                    si.give_back_at = k->granted_at;
-                    k->budget = 0;
-                } else if (k->rate > 0 && k->budget < k->rate) {
-                    si.want = 2 * k->rate - k->budget;  // ask ahead: two intervals at the recent rate
+                int64_t usable = rl::lease_usable(k->lease, *p, now);
+                if (k->lease.units > 0 && (final || now - k->used_at >= 2 * zone->sync_us)) {
+                    si.give_back = k->lease.units;  // unspent for two intervals: others may need it
+                    si.give_back_at = k->lease.at;
+                    si.give_back_top = k->lease.top;
+                    k->lease = rl::Lease{};
+                } else if (k->rate > 0 && usable < k->rate) {
+                    si.want = 2 * k->rate - usable;  // ask ahead: two intervals at the recent rate
                 }
-                if (k->budget > 0) {
+                if (k->lease.units > 0) {
                     if (nkeep == keep_cap) {
                         size_t cap = keep_cap ? keep_cap * 2 : 64;
                         auto* more = static_cast<uint32_t*>(ngx_alloc(cap * sizeof(uint32_t), g_log));
@@ -470,7 +473,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             if (si.delta.empty() && si.want == 0 && si.give_back == 0) continue;
             rl_sync_item_t* it = item_push(b, zs, slot, p);
             if (it == nullptr) {  // out of memory: the key stays for the next round
-                k->budget += si.give_back;
+                if (si.give_back > 0) k->lease = rl::Lease{si.give_back, si.give_back_top, si.give_back_at};
                 rl_sync_mark(h, ref);
                 break;
             }
@@ -479,6 +482,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             it->si.want = si.want;
             it->si.give_back = si.give_back;
             it->si.give_back_at = si.give_back_at;
+            it->si.give_back_top = si.give_back_top;
         }
         bool more = h->ndirty > 0 && taken < h->cap && n == kTakePerLock;
         if (!more) {
@@ -617,7 +621,7 @@ rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHa
     if (it == nullptr) return nullptr;
     k->burst = policy->burst;
     k->asked_at = now;
-    int64_t want = 2 * (k->rate > k->spent ? k->rate : k->spent) - k->budget;
+    int64_t want = 2 * (k->rate > k->spent ? k->rate : k->spent) - rl::lease_usable(k->lease, *policy, now);
     it->si.want = want > 1 ? want : 1;
     it->si.delta = k->unsent;
     k->unsent = rl::Delta{};

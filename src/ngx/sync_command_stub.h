@@ -17,6 +17,7 @@ struct SyncItem {
     int64_t hosts = 1;
     int64_t give_back = 0;
     int64_t give_back_at = 0;
+    int64_t give_back_top = 0;
 };
 struct SyncResult { State global; int64_t granted; int64_t retry_after_us; };
 

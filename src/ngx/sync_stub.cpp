@@ -12,79 +12,6 @@ namespace rl {
 
 namespace {
 
-int64_t gcra_level(const State& s, const Policy& p, int64_t now) {
-    int64_t ahead = s.a - now;
-    return ahead >= 0 ? ahead * p.refill + s.b : 0;
-}
-
-State gcra_at(int64_t level, const Policy& p, int64_t now) {
-    State s;
-    if (level <= 0) return s;
-    s.a = now + level / p.refill;
-    s.b = level % p.refill;
-    return s;
-}
-
-}  // namespace
-
-[[gnu::weak]] void delta_add(Delta& d, const Policy& p, int64_t now, int64_t cost) {
-    if (is_bucket(p.algo)) {
-        d.units += cost;
-        if (now > d.at) d.at = now;
-        return;
-    }
-    int64_t w = window_start(now, p.period_us);
-    if (d.empty() || d.at < w - p.period_us) {
-        d = Delta{cost, 0, w};
-    } else if (d.at == w - p.period_us) {
-        d = Delta{cost, d.units, w};
-    } else if (d.at == w) {
-        d.units += cost;
-    } else {
-        d.units += cost;  // the clock went back: count it in the newer window
-    }
-}
-
-[[gnu::weak]] void delta_merge(Delta& d, const Delta& more, const Policy& p) {
-    if (d.empty()) {
-        d = more;
-        return;
-    }
-    if (more.empty()) return;
-    if (is_bucket(p.algo)) {
-        d.units += more.units;
-        if (more.at > d.at) d.at = more.at;
-        return;
-    }
-    if (more.at == d.at) {
-        d.units += more.units;
-        d.prev += more.prev;
-    } else if (more.at == d.at + p.period_us) {
-        d = Delta{more.units, more.prev + d.units, more.at};
-    } else if (more.at > d.at) {
-        d = more;
-    }
-}
-
-[[gnu::weak]] State apply_delta(const State& s, const Policy& p, int64_t now, const Delta& d) {
-    if (d.empty()) return s;
-    if (p.algo == Algo::gcra) {
-        int64_t at = d.at > 0 ? d.at : now;
-        return gcra_at(gcra_level(s, p, at) + d.units * p.token, p, at);
-    }
-    if (p.algo == Algo::fixed) {
-        if (s.a == d.at) return State{s.a, s.b + d.units, 0};
-        if (s.a < d.at) return State{d.at, d.units, 0};
-        if (s.a == d.at + p.period_us) return s;
-        return s;
-    }
-    return s;
-}
-
-[[gnu::weak]] Grant grant(const State&, const Policy&, int64_t, int64_t, int64_t, int64_t) { return Grant{}; }
-
-namespace {
-
 const char kScript[] = R"LUA(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -98,9 +25,9 @@ local out = {now}
 local v = {}
 for x in string.gmatch(ARGV[2], '[^,]+') do v[#v + 1] = tonumber(x) end
 for i = 1, #KEYS do
-  local o = (i - 1) * 16
+  local o = (i - 1) * 17
   local algo, req, per, burst, refill, token, depth = v[o+1], v[o+2], v[o+3], v[o+4], v[o+5], v[o+6], v[o+7]
-  local units, prev, at, want, need, hosts, gb, gbat = v[o+9], v[o+10], v[o+11], v[o+12], v[o+13], v[o+14], v[o+15], v[o+16]
+  local units, prev, at, want, need, hosts, gb, gbat, gbtop = v[o+9], v[o+10], v[o+11], v[o+12], v[o+13], v[o+14], v[o+15], v[o+16], v[o+17]
   local a, b, c = 0, 0, 0
   local raw = redis.call('GET', KEYS[i])
   if raw then a, b, c = struct.unpack('<ddd', raw) end
@@ -108,7 +35,11 @@ for i = 1, #KEYS do
   if algo == 0 then
     local function level(tt) local ah = a - tt; if ah >= 0 then return ah * refill + b end return 0 end
     local function set(l, tt) if l <= 0 then a, b = 0, 0 else a = tt + math.floor(l / refill); b = l % refill end end
-    if gb > 0 then local l = level(now) - gb * token; if l < 0 then l = 0 end; set(l, now) end
+    if gb > 0 then
+      local l = level(now)
+      local mine = gbtop - (now - gbat) * refill; if mine < 0 then mine = 0 end
+      if l <= mine then l = l - math.min(gb, math.floor(mine / token)) * token; if l < 0 then l = 0 end; set(l, now) end
+    end
     if units > 0 then local tt = at; if tt <= 0 then tt = now end; set(level(tt) + units * token, tt) end
     if want > 0 or need > 0 then
       local l = level(now)
@@ -169,17 +100,17 @@ size_t write_sync(char* buf, std::string_view prefix, const SyncItem* items, siz
         at = put_bulk(buf, at, key, len);
     }
     at = put_bulk(buf, at, "sync", 4);
-    static char args[128 * 16 * 24];
+    static char args[128 * 17 * 24];
     size_t al = 0;
     for (size_t i = 0; i < n; i++) {
         const SyncItem& it = items[i];
         const Policy& p = *it.policy;
         al += static_cast<size_t>(std::snprintf(args + al, sizeof(args) - al,
-            "%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,", static_cast<int>(p.algo),
+            "%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,", static_cast<int>(p.algo),
             (long long)p.requests, (long long)p.period_us, (long long)p.burst, (long long)p.refill, (long long)p.token,
             (long long)p.depth, (long long)p.weight_scale, (long long)it.delta.units, (long long)it.delta.prev,
             (long long)it.delta.at, (long long)it.want, (long long)it.need, (long long)it.hosts,
-            (long long)it.give_back, (long long)it.give_back_at));
+            (long long)it.give_back, (long long)it.give_back_at, (long long)it.give_back_top));
     }
     return put_bulk(buf, at, args, al);
 }
