@@ -244,6 +244,10 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
     }
     int64_t redis_now = 0;
     if (!rl::decode_sync_reply(values, nvalues, call->n, results, &redis_now)) return false;
+    for (size_t i = 0; i < call->n; i++) {  // never more than was asked: Redis is not trusted
+        const rl::SyncItem& si = b->items[call->first + i].si;
+        if (results[i].granted > (si.want > si.need ? si.want : si.need)) return false;
+    }
 
     int64_t local = now_us();
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -370,6 +374,12 @@ void on_heartbeat(rl_conn_op_t* op, redisReply* reply) noexcept {
     zs->heartbeat_pending = false;
     rl_sync_shm_t* h = zs->zone->sync_shm;
     bool ok = reply != nullptr && reply->type == REDIS_REPLY_INTEGER;
+    if (reply != nullptr && zs->redis->cluster &&
+        (rl_redis_error_is(reply, "MOVED ") || rl_redis_error_is(reply, "ASK "))) {
+        bool ask;
+        rl_cluster_redirect(zs->redis, reply, &ask);  // the map learns it: the next heartbeat goes there
+        return;
+    }
     ngx_shmtx_lock(&zs->zone->shpool->mutex);
     if (ok) h->hosts = reply->integer > 0 && reply->integer < 1000000 ? reply->integer : 1;
     // Redis answers or not: a round in flight says it for its keys; without one, this does.
