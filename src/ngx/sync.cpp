@@ -381,7 +381,10 @@ void on_heartbeat(rl_conn_op_t* op, redisReply* reply) noexcept {
         return;
     }
     ngx_shmtx_lock(&zs->zone->shpool->mutex);
-    if (ok) h->hosts = reply->integer > 0 && reply->integer < 1000000 ? reply->integer : 1;
+    if (ok) {
+        h->hosts = reply->integer > 0 && reply->integer < 1000000 ? reply->integer : 1;
+        h->last_ok = ngx_current_msec;
+    }
     // Redis answers or not: a round in flight says it for its keys; without one, this does.
     if (zs->round == nullptr) h->down = ok ? 0 : 1;
     ngx_shmtx_unlock(&zs->zone->shpool->mutex);
@@ -717,6 +720,7 @@ void rl_sync_format(rl_sync_shm_t* h, uint32_t cap, ngx_log_t* log) noexcept {
     h->magic = kRlSyncMagic;
     h->cap = cap;
     h->hosts = 1;
+    h->last_ok = ngx_current_msec;  // not "unavailable" before the first round
     // This host among the others in Redis: its name and a random tag, kept across reloads.
     char name[32] = "nginx";
     if (gethostname(name, sizeof(name)) != 0) ngx_memcpy(name, "nginx", 6);

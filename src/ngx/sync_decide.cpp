@@ -23,7 +23,15 @@ int64_t delta_time(const rl::Policy& p, int64_t at, const rl::State& view) {
     return rl::is_bucket(p.algo) || view.a <= at ? at : view.a;
 }
 
-rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, const rl_sync_shm_t* h) {
+// Redis failed the last reconciliation, or has not answered one for two intervals (and a
+// timeout): decisions are local ones.
+bool unavailable(const rl_zone_t* zone) {
+    const rl_sync_shm_t* h = zone->sync_shm;
+    auto stale = static_cast<ngx_msec_t>(2 * zone->sync_us / 1000) + zone->redis->timeout + 100;
+    return h->down || static_cast<ngx_msec_int_t>(ngx_current_msec - h->last_ok) > static_cast<ngx_msec_int_t>(stale);
+}
+
+rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool down) {
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
     int64_t usable = rl::lease_usable(k->lease, p, now);
@@ -35,9 +43,9 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, const r
         return d;
     }
     if (res.cost > p.capacity()) return rl::decide(rl::State{}, p, now, res.cost);  // never: no wait
-    if (h->down || (res.sync & RL_SYNC_FAILED)) {
+    if (down || (res.sync & RL_SYNC_FAILED)) {
         res.sync |= RL_SYNC_LOCAL | RL_SYNC_ERROR;
-        rl::Decision d = rl::decide(k->fallback, fallback_policy(p, h->hosts), now, res.cost);
+        rl::Decision d = rl::decide(k->fallback, fallback_policy(p, res.applied->zone->sync_shm->hosts), now, res.cost);
         d.limit = p.requests;
         return d;
     }
@@ -59,10 +67,10 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, const r
 
 rl::Decision rl_sync_decide(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     const rl_zone_t* zone = res.applied->zone;
-    const rl_sync_shm_t* h = zone->sync_shm;
     res.sync &= ~(RL_SYNC_ERROR | RL_SYNC_WAIT | RL_SYNC_LOCAL);
-    if (h->down) res.sync |= RL_SYNC_ERROR;
-    if (zone->sync_mode == RL_SYNC_LEASE) return lease_decide(res, slot, now, h);
+    bool down = unavailable(zone);
+    if (down) res.sync |= RL_SYNC_ERROR;
+    if (zone->sync_mode == RL_SYNC_LEASE) return lease_decide(res, slot, now, down);
     return rl::decide(slot->state, res.applied->policy, now, res.cost);
 }
 
