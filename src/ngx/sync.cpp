@@ -12,7 +12,7 @@
 #include "core/log_text.h"
 #include "core/redis_keys.h"
 #include "redis_cluster.h"
-#include "sync_command_stub.h"
+#include "core/sync_command.h"
 
 #include <algorithm>
 #include <sys/random.h>
@@ -404,11 +404,9 @@ void send_heartbeat(rl_sync_zone_t* zs) {
     std::string_view id(reinterpret_cast<const char*>(h->host_id), h->host_id_len);
     rl_redis_node_t* node = redis->nodes[0];
     if (redis->cluster) {
-        char tag[rl::kMaxZoneLen + 2];
-        tag[0] = '{';
-        ngx_memcpy(tag + 1, name.data(), name.size());
-        tag[name.size() + 1] = '}';
-        node = rl_cluster_route(redis, rl::cluster_slot(std::string_view(tag, name.size() + 2)));
+        char key[512];
+        if (rl::hosts_key_len(prefix, name) > sizeof(key)) return;  // prefix and name are short in practice
+        node = rl_cluster_route(redis, rl::cluster_slot(std::string_view(key, rl::hosts_key(key, prefix, name))));
     }
     // Hosts not seen for three intervals (and a second) are gone.
     int64_t window = 3 * zs->zone->sync_us + 1000000;
