@@ -214,7 +214,7 @@ void call_failed(rl_sync_call_t* call) {
         if (it.si.give_back > 0 && k->lease.units == 0) {  // else they drain in Redis
             k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
         }
-        if (b->lease_ask) k->asked_at = 0;
+        if (it.si.want > 0) k->asked_at = 0;
         rl_sync_mark(h, it.ref);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -224,6 +224,20 @@ void call_failed(rl_sync_call_t* call) {
 void call_settled(rl_sync_call_t* call) {
     rl_sync_batch_t* b = call->batch;
     if (--b->pending == 0) batch_done(b);
+}
+
+// Whether Redis kept a bucket's given-back units (it does when units were granted above them
+// since: rl::give_back), seen from the state after: its level is still above their top. Told
+// from `remaining` (whole units), so a doubt counts as given back: the units are then dropped,
+// which can only leave them to drain.
+bool give_back_refused(const rl::SyncItem& si, const rl::State& global, int64_t now) {
+    const rl::Policy& p = *si.policy;
+    if (!rl::is_bucket(p.algo)) return false;  // windows always take them back
+    // Whole units below their top now: what a lease as high as the top could still use.
+    int64_t top_units = rl::lease_usable(rl::Lease{rl::kExact, si.give_back_top, si.give_back_at}, p, now);
+    // The level after is above depth - (remaining + 1) units: refused if that reaches the top.
+    int64_t remaining = rl::decide(global, p, now, 0).remaining;
+    return p.burst - remaining >= top_units + 1;
 }
 
 // Applies a reply: {now_us, then per key a, b, c, granted, retry_after_us}.
@@ -262,8 +276,17 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
         // The view: the global state plus what this host admitted since the send.
         slot->state = k->unsent.empty() ? r.global : rl::apply_delta(r.global, *it.si.policy, redis_now, k->unsent);
         if (zone->sync_mode != RL_SYNC_LEASE) continue;
-        if (b->lease_ask) k->asked_at = 0;
-        if (r.granted > 0) {
+        if (it.si.want > 0) k->asked_at = 0;
+        if (it.si.give_back > 0 && k->lease.units == 0 && give_back_refused(it.si, r.global, redis_now)) {
+            // Redis granted above these units since (another host): they stay this host's, usable
+            // as they drain, and are given back again once they are on top.
+            k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
+        }
+        if (r.granted > 0 && k->lease.units > 0 && redis_now < k->lease.at) {
+            // Granted before the units this host already holds (another worker's ask, answered
+            // later): they lie below those, whose top stays the lease's.
+            k->lease.units += r.granted;
+        } else if (r.granted > 0) {
             rl::lease_add(k->lease, *it.si.policy, redis_now, r.granted, r.global);
             k->used_at = redis_now;  // a fresh grant is not idle
         }
@@ -464,8 +487,11 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                     si.give_back_at = k->lease.at;
                     si.give_back_top = k->lease.top;
                     k->lease = rl::Lease{};
-                } else if (k->rate > 0 && usable < k->rate) {
-                    si.want = 2 * k->rate - usable;  // ask ahead: two intervals at the recent rate
+                } else if (k->rate > 0 && usable < k->rate && (k->asked_at == 0 || now - k->asked_at >= kStaleAsk)) {
+                    // Ask ahead: two intervals at the recent rate. Not beside an ask in flight:
+                    // grants answered out of order stack lower than they are.
+                    si.want = 2 * k->rate - usable;
+                    k->asked_at = now;
                 }
                 if (k->lease.units > 0) {
                     if (nkeep == keep_cap) {
