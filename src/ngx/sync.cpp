@@ -649,7 +649,7 @@ rl_sync_item_t* find_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t a
 }
 
 // A lease ask for one key (zone locked): two intervals at its recent rate (the last round's or
-// this one's so far), and what it admitted while Redis was away.
+// this one's so far; `need` is added by the caller), and what it admitted while Redis was away.
 rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHash& hash, uint8_t algo,
                          const rl::Policy* policy, int64_t now) {
     rl::Slot* slot = rl::table_acquire(zs->zone->table, hash, algo, nullptr);
@@ -657,9 +657,12 @@ rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHa
     rl_sync_item_t* it = item_push(b, zs, slot, policy);
     if (it == nullptr) return nullptr;
     k->burst = policy->burst;
+    // Beside another ask in flight (another worker's), only what the requests need: grants
+    // answered out of order stack lower than they are, and so would be hard to give back.
+    bool beside = k->asked_at != 0 && now - k->asked_at < kStaleAsk;
     k->asked_at = now;
     int64_t want = 2 * (k->rate > k->spent ? k->rate : k->spent) - rl::lease_usable(k->lease, *policy, now);
-    it->si.want = want > 1 ? want : 1;
+    it->si.want = want > 1 && !beside ? want : 1;
     it->si.delta = k->unsent;
     k->unsent = rl::Delta{};
     return it;
