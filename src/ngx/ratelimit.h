@@ -131,6 +131,8 @@ enum {
     RL_SYNC_FAILED = 8,   // lease: the grant did not come: decided on the local fallback
     RL_SYNC_LOCAL = 16,   // lease: decided on the local fallback (limit / hosts)
     RL_SYNC_WAITED2 = 32, // lease: it waited twice (others spent the first grant): no more
+    RL_SYNC_NEEDED = 64,  // lease: its cost is in its ask's `need`
+    RL_SYNC_GRANTED = 128, // lease: Redis granted that need: admitted as of the grant
 };
 
 struct rl_ctx_t;

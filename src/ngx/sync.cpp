@@ -41,6 +41,7 @@ struct rl_sync_item_t {
     uint32_t ref;    // its slot, to apply the reply (skipped if the slot went to another key)
     uint8_t algo;
     uint16_t slot;   // cluster slot of its Redis key
+    bool need_granted;  // lease: Redis granted `need`: the requests counted in it are admitted
 };
 
 struct rl_sync_batch_t;
@@ -175,6 +176,13 @@ rl::Slot* item_slot(rl_zone_t* zone, const rl_sync_item_t& it) {
     return s->hash == it.si.hash && s->algo == it.algo ? s : nullptr;
 }
 
+rl_sync_item_t* find_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) {
+    for (size_t k = 0; b != nullptr && k < b->nitems; k++) {
+        if (b->items[k].si.hash == hash && b->items[k].algo == algo) return &b->items[k];
+    }
+    return nullptr;
+}
+
 // ---- calls -------------------------------------------------------------------------------
 
 void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
@@ -268,7 +276,7 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
     // Redis ran the call about half a round trip before its reply came.
     h->offset_us = redis_now - (call->sent_us + (local - call->sent_us) / 2);
     for (size_t i = 0; i < call->n; i++) {
-        const rl_sync_item_t& it = b->items[call->first + i];
+        rl_sync_item_t& it = b->items[call->first + i];
         const rl::SyncResult& r = results[i];
         rl::Slot* slot = item_slot(zone, it);
         if (slot == nullptr) continue;  // forgotten since: Redis has its units all the same
@@ -282,12 +290,18 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
             // as they drain, and are given back again once they are on top.
             k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
         }
+        // The requests that waited for `need` are admitted as of the grant: the lease keeps the rest.
+        it.need_granted = it.si.need > 0 && r.granted >= it.si.need;
+        int64_t rest = it.need_granted ? r.granted - it.si.need : r.granted;
         if (r.granted > 0 && k->lease.units > 0 && redis_now < k->lease.at) {
             // Granted before the units this host already holds (another worker's ask, answered
             // later): they lie below those, whose top stays the lease's.
-            k->lease.units += r.granted;
+            k->lease.units += rest;
         } else if (r.granted > 0) {
+            // All of it stacks on the lease, then the need is spent at the grant: the lowest units,
+            // so the rest keeps the grant's top.
             rl::lease_add(k->lease, *it.si.policy, redis_now, r.granted, r.global);
+            if (it.need_granted) rl::lease_take(k->lease, *it.si.policy, redis_now, it.si.need);
             k->used_at = redis_now;  // a fresh grant is not idle
         }
         if (it.si.need > r.granted) {
@@ -621,7 +635,10 @@ void wake_waiters(rl_sync_batch_t* b) {
             rl_result_t& res = ctx->results[i];
             if (res.applied->zone->sync != b->zs || !(res.sync & RL_SYNC_WAIT)) continue;
             int waited = (res.sync & RL_SYNC_WAITED) ? RL_SYNC_WAITED2 : RL_SYNC_WAITED;
-            res.sync = static_cast<uint8_t>((res.sync & ~RL_SYNC_WAIT) | waited | (b->failed ? RL_SYNC_FAILED : 0));
+            const rl_sync_item_t* it = find_item(b, res.hash, static_cast<uint8_t>(res.applied->policy.algo));
+            int granted = it != nullptr && it->need_granted && (res.sync & RL_SYNC_NEEDED) ? RL_SYNC_GRANTED : 0;
+            res.sync = static_cast<uint8_t>((res.sync & ~(RL_SYNC_WAIT | RL_SYNC_NEEDED)) | waited | granted |
+                                            (b->failed ? RL_SYNC_FAILED : 0));
         }
         if (ctx->lease_waits > 0 && --ctx->lease_waits == 0) rl_lease_finished(ctx);
     }
@@ -641,17 +658,10 @@ bool add_waiter(rl_sync_batch_t* b, rl_ctx_t* ctx) {
     return true;
 }
 
-rl_sync_item_t* find_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) {
-    for (size_t k = 0; b != nullptr && k < b->nitems; k++) {
-        if (b->items[k].si.hash == hash && b->items[k].algo == algo) return &b->items[k];
-    }
-    return nullptr;
-}
-
 // A lease ask for one key (zone locked): two intervals at its recent rate (the last round's or
 // this one's so far; `need` is added by the caller), and what it admitted while Redis was away.
 rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHash& hash, uint8_t algo,
-                         const rl::Policy* policy, int64_t now) {
+                         const rl::Policy* policy, int64_t now, bool ahead) {
     rl::Slot* slot = rl::table_acquire(zs->zone->table, hash, algo, nullptr);
     rl_sync_key_t* k = rl_sync_key(slot);
     rl_sync_item_t* it = item_push(b, zs, slot, policy);
@@ -659,7 +669,7 @@ rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHa
     k->burst = policy->burst;
     // Beside another ask in flight (another worker's), only what the requests need: grants
     // answered out of order stack lower than they are, and so would be hard to give back.
-    bool beside = k->asked_at != 0 && now - k->asked_at < kStaleAsk;
+    bool beside = !ahead && k->asked_at != 0 && now - k->asked_at < kStaleAsk;  // (ahead: set for this one)
     k->asked_at = now;
     int64_t want = 2 * (k->rate > k->spent ? k->rate : k->spent) - rl::lease_usable(k->lease, *policy, now);
     it->si.want = want > 1 && !beside ? want : 1;
@@ -687,10 +697,15 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
             rl_sync_item_t* it = find_item(b, res.hash, algo);
             if (it == nullptr) {
                 if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
-                it = ask_item(b, zs, res.hash, algo, &res.applied->policy, now);
+                it = ask_item(b, zs, res.hash, algo, &res.applied->policy, now, false);
                 if (it == nullptr) continue;
             }
-            it->si.need += res.cost;
+            // A need beyond the capacity never fits: the requests beyond it spend what the lease
+            // gets (or wait again).
+            if (it->si.need + res.cost <= res.applied->policy.capacity()) {
+                it->si.need += res.cost;
+                res.sync |= RL_SYNC_NEEDED;
+            }
             if (it->si.want < it->si.need) it->si.want = it->si.need;
         }
     }
@@ -699,7 +714,7 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
         const rl_ahead_t& a = g_ahead[i];
         if (a.zs != zs || find_item(b, a.hash, a.algo) != nullptr) continue;
         if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
-        ask_item(b, zs, a.hash, a.algo, a.policy, now);
+        ask_item(b, zs, a.hash, a.algo, a.policy, now, true);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     return b;
