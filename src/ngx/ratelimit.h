@@ -199,6 +199,8 @@ struct rl_ctx_t {
     ngx_event_t wake;      // posted: resume the request's phases
     ngx_queue_t lease;     // sync.cpp: in its zone's waiting requests (lease_waits > 0)
     ngx_uint_t lease_waits;  // lease grants it waits for
+    ngx_event_t poll;      // sync.cpp: beside another worker's ask, it looks again
+    bool lease_poll;
 };
 
 // access.cpp
@@ -225,6 +227,8 @@ void rl_redis_forget(rl_ctx_t* ctx) noexcept;
 void rl_redis_finished(rl_ctx_t* ctx) noexcept;
 // access.cpp: the lease grants a request waited for came (or did not): it is decided again.
 void rl_lease_finished(rl_ctx_t* ctx) noexcept;
+// ... or it looks again (another worker's ask was in flight): its wait's timeout keeps running.
+void rl_lease_again(rl_ctx_t* ctx) noexcept;
 
 // zone.cpp
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;

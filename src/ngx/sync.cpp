@@ -29,6 +29,7 @@ constexpr ngx_uint_t kMaxRedirects = 5;
 constexpr ngx_msec_t kStaleRound = 3000;    // a round claimed longer ago by a worker that died is over
 constexpr int64_t kStaleAsk = 1000000;      // an ask in flight for longer is given up on (us)
 constexpr size_t kAheadMax = 256;           // background asks queued in one loop turn at most
+constexpr ngx_msec_t kPollMs = 2;           // a request beside another worker's ask looks again after
 
 int64_t now_us() {
     struct timespec ts;
@@ -661,18 +662,15 @@ bool add_waiter(rl_sync_batch_t* b, rl_ctx_t* ctx) {
 // A lease ask for one key (zone locked): two intervals at its recent rate (the last round's or
 // this one's so far; `need` is added by the caller), and what it admitted while Redis was away.
 rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHash& hash, uint8_t algo,
-                         const rl::Policy* policy, int64_t now, bool ahead) {
+                         const rl::Policy* policy, int64_t now) {
     rl::Slot* slot = rl::table_acquire(zs->zone->table, hash, algo, nullptr);
     rl_sync_key_t* k = rl_sync_key(slot);
     rl_sync_item_t* it = item_push(b, zs, slot, policy);
     if (it == nullptr) return nullptr;
     k->burst = policy->burst;
-    // Beside another ask in flight (another worker's), only what the requests need: grants
-    // answered out of order stack lower than they are, and so would be hard to give back.
-    bool beside = !ahead && k->asked_at != 0 && now - k->asked_at < kStaleAsk;  // (ahead: set for this one)
     k->asked_at = now;
     int64_t want = 2 * (k->rate > k->spent ? k->rate : k->spent) - rl::lease_usable(k->lease, *policy, now);
-    it->si.want = want > 1 && !beside ? want : 1;
+    it->si.want = want > 1 ? want : 1;
     it->si.delta = k->unsent;
     k->unsent = rl::Delta{};
     return it;
@@ -685,21 +683,34 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
     rl_zone_t* zone = zs->zone;
     ngx_shmtx_lock(&zone->shpool->mutex);
     int64_t now = now_us() + zone->sync_shm->offset_us;
+    // The keys running low first: a request waiting on one of them rides its ask.
+    for (size_t i = 0; i < g_nahead; i++) {
+        const rl_ahead_t& a = g_ahead[i];
+        if (a.zs != zs || find_item(b, a.hash, a.algo) != nullptr) continue;
+        if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
+        ask_item(b, zs, a.hash, a.algo, a.policy, now);
+    }
     for (ngx_queue_t* q = ngx_queue_head(&g_waiting); q != ngx_queue_sentinel(&g_waiting); q = ngx_queue_next(q)) {
         rl_ctx_t* ctx = ngx_queue_data(q, rl_ctx_t, lease);
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
             rl_result_t& res = ctx->results[i];
             if (res.applied->zone != zone || !(res.sync & RL_SYNC_WAIT)) continue;
-            if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
-            if (!add_waiter(b, ctx)) continue;  // out of memory: that request falls back
-            ctx->lease_waits++;
             auto algo = static_cast<uint8_t>(res.applied->policy.algo);
             rl_sync_item_t* it = find_item(b, res.hash, algo);
             if (it == nullptr) {
+                // One ask at a time per key and host: grants answered out of order would stack
+                // lower than they are (and be hard to give back). Beside another worker's ask,
+                // the request looks again shortly.
+                rl_sync_key_t* k = rl_sync_key(rl::table_acquire(zone->table, res.hash, algo, nullptr));
+                if (k->asked_at != 0 && now - k->asked_at < kStaleAsk) {
+                    ctx->lease_poll = 1;
+                    continue;
+                }
                 if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
-                it = ask_item(b, zs, res.hash, algo, &res.applied->policy, now, false);
-                if (it == nullptr) continue;
+                if ((it = ask_item(b, zs, res.hash, algo, &res.applied->policy, now)) == nullptr) continue;
             }
+            if (!add_waiter(b, ctx)) continue;  // out of memory: that request falls back
+            ctx->lease_waits++;
             // A need beyond the capacity never fits: the requests beyond it spend what the lease
             // gets (or wait again).
             if (it->si.need + res.cost <= res.applied->policy.capacity()) {
@@ -709,15 +720,15 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
             if (it->si.want < it->si.need) it->si.want = it->si.need;
         }
     }
-    // Then the keys running low (no request waits for them).
-    for (size_t i = 0; i < g_nahead; i++) {
-        const rl_ahead_t& a = g_ahead[i];
-        if (a.zs != zs || find_item(b, a.hash, a.algo) != nullptr) continue;
-        if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
-        ask_item(b, zs, a.hash, a.algo, a.policy, now, true);
-    }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     return b;
+}
+
+// A request that found another worker's ask in flight looks again (its timeout still runs).
+void on_poll(ngx_event_t* ev) noexcept {
+    auto* ctx = static_cast<rl_ctx_t*>(ev->data);
+    ctx->lease_poll = 0;
+    rl_lease_again(ctx);
 }
 
 // The end of a loop turn: one ask per lease zone for all the requests that wait on it.
@@ -738,7 +749,11 @@ void on_ask(ngx_event_t*) noexcept {
         ngx_queue_remove(q);
         rl_ctx_t* ctx = ngx_queue_data(q, rl_ctx_t, lease);
         ctx->lease.next = nullptr;
-        if (ctx->lease_waits == 0) rl_lease_finished(ctx);
+        if (ctx->lease_waits == 0 && ctx->lease_poll) {
+            ngx_add_timer(&ctx->poll, kPollMs);
+        } else if (ctx->lease_waits == 0) {
+            rl_lease_finished(ctx);
+        }
     }
     while (!ngx_queue_empty(&ready)) {
         ngx_queue_t* q = ngx_queue_head(&ready);
@@ -830,6 +845,10 @@ bool rl_sync_lease_wait(rl_ctx_t* ctx) noexcept {
     }
     ngx_queue_insert_tail(&g_waiting, &ctx->lease);
     ctx->lease_waits = 0;
+    ctx->lease_poll = 0;
+    ctx->poll.handler = on_poll;
+    ctx->poll.data = ctx;
+    ctx->poll.log = ctx->r->connection->log;
     if (!g_ask.posted) {
         ngx_post_event(&g_ask, &ngx_posted_events);
     }
@@ -847,6 +866,10 @@ void rl_sync_ask_ahead(rl_zone_t* zone, rl::Slot* slot, const rl::Policy* policy
 }
 
 void rl_sync_lease_cancel(rl_ctx_t* ctx) noexcept {
+    if (ctx->poll.timer_set) {
+        ngx_del_timer(&ctx->poll);
+    }
+    ctx->lease_poll = 0;
     if (ctx->lease.next != nullptr) {
         ngx_queue_remove(&ctx->lease);
         ctx->lease.next = nullptr;
