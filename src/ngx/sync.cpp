@@ -11,8 +11,8 @@
 
 #include "core/log_text.h"
 #include "core/redis_keys.h"
-#include "redis_cluster.h"
 #include "core/sync_command.h"
+#include "redis_cluster.h"
 
 #include <algorithm>
 #include <sys/random.h>
