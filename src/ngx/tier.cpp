@@ -8,6 +8,12 @@
 bool rl_tier_is_variable(ngx_str_t* value) noexcept { return ngx_http_script_variables_count(value) > 0; }
 
 bool rl_tier_check_zone(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy* dflt) noexcept {
+    if (zone->sync_us != 0 && (zone->rate_cv != nullptr || zone->burst_cv != nullptr)) {
+        // A synced key's state is reconciled under the policies the configuration lists.
+        rl_conf_error(cf, "\"sync\" cannot take a variable \"rate\" or \"burst\" in ratelimit zone \"%V\"",
+                      &zone->name);
+        return false;
+    }
     if (zone->rate_cv == nullptr) {
         if (dflt != nullptr) {
             rl_conf_error(cf, "\"default_rate\" is only for a variable \"rate\" in ratelimit zone \"%V\"", &zone->name);
