@@ -1,13 +1,13 @@
-# limit_req and this module side by side: one nginx, a pair of locations per setting set (one
-# limited by limit_req, one by ratelimit algo=leaky, the same rate, burst and delay), the same
-# timed requests sent to both at the same moment; they must make the same decisions (PASSED,
+# limit_req and this module side by side: one nginx, locations per setting set (one limited by
+# limit_req, one by ratelimit algo=leaky, one by algo=gcra, the same rate, burst and delay), the
+# same timed requests sent to all at the same moment; they must make the same decisions (PASSED,
 # DELAYED, REJECTED) with the same delays. The differences that are meant are listed in %KNOWN
-# and asserted too.
+# and asserted too (against leaky).
 #
 # Why leaky: limit_req is a leaky bucket as a meter. It keeps (excess, last) per key, the leaky
 # algorithm keeps (level, last leak): the same state, and excess = level - 1 (a new key's first
 # request stores excess 0, a bucket holding that one request). gcra and token make identical
-# decisions (the README, and a unit test on random timelines), so leaky is the literal match.
+# decisions (a unit test on random timelines); gcra, the default, runs here too.
 #
 # Timing: decisions depend on when requests arrive. Every sequence below is planned against a
 # model of that bucket, and the test first checks that no planned request is within 0.3 units
@@ -143,6 +143,7 @@ for my $set (@SETS) {
         my $key = '$arg_' . ($z->{key} // 'k');
         $zones_conf .= "    limit_req_zone $key zone=lr_${name}_$zi:1m rate=$z->{rate};\n";
         $zones_conf .= "    ratelimit_zone rl_${name}_$zi key=$key rate=$z->{rate} burst=$z->{burst} algo=leaky;\n";
+        $zones_conf .= "    ratelimit_zone gc_${name}_$zi key=$key rate=$z->{rate} burst=$z->{burst} algo=gcra;\n";
         $lr .= " limit_req zone=lr_${name}_$zi" . ($z->{burst} ? " burst=$z->{burst}" : '');
         $rl .= " ratelimit zone=rl_${name}_$zi";
         if (!$set->{defaults}) {
@@ -164,6 +165,8 @@ for my $set (@SETS) {
     }
     $locs_conf .= "        location /lr/$name {$lr empty_gif; }\n";
     $locs_conf .= "        location /rl/$name {$rl empty_gif; }\n";
+    (my $gc = $rl) =~ s/zone=rl_/zone=gc_/g;
+    $locs_conf .= "        location /gc/$name {$gc empty_gif; }\n";
 }
 
 # No planned request is on a knife edge.
@@ -288,8 +291,8 @@ for my $set (@SETS) {
             my %args = (k => "$name-$reqs->[$ri][0]");
             $args{g} = "$name-$reqs->[$ri][1]" if defined $reqs->[$ri][1];
             my $q = join '&', (map { "$_=$args{$_}" } sort keys %args), "id=$id";
-            # Pairs alternate which side is written first.
-            my @sides = $ri % 2 ? qw(rl lr) : qw(lr rl);
+            # Which side is written first rotates.
+            my @sides = (qw(lr rl gc lr rl))[$ri % 3 .. $ri % 3 + 2];
             push @reqs, map { { id => "$_:$id", path => "/$_/$name?$q", at => $offset + $t / 1000 } } @sides;
             push @{ $step_ids{$name}[$si] }, $id;
         }
@@ -328,7 +331,7 @@ for (1 .. 60) {
     %log = ();
     for (split /\n/, slurp($n->dir . '/access.log')) {
         my ($uri, $id, $status, $lrs, $rls, $delay, $rt) = split / /;
-        my ($side) = $uri =~ m{^/(lr|rl)/} or next;
+        my ($side) = $uri =~ m{^/(lr|rl|gc)/} or next;
         $log{"$side:$id"} = { status => $status, class => $side eq 'lr' ? $lrs : $rls,
                               delay => $delay, rt => int($rt * 1000 + 0.5) };
     }
@@ -341,7 +344,7 @@ is(scalar(keys %log), $want, 'every request is in the access log');
 # exactly as limit_req computes it: (excess - delay) * 1000 / rate, in 1/1000 units.
 my %elog;
 for (split /\n/, $n->error_log) {
-    next unless m{\[(\w+)\] .*?: \*\d+ (.*?), client: .*?request: "GET /(lr|rl)/\w+\?[^"]*\bid=([\w-]+)};
+    next unless m{\[(\w+)\] .*?: \*\d+ (.*?), client: .*?request: "GET /(lr|rl|gc)/\w+\?[^"]*\bid=([\w-]+)};
     push @{ $elog{"$3:$4"} }, { level => $1, msg => $2 };
 }
 my %rate_milli = map { $_->{name} => [map { int($_->{r} * 1000) } @{ $_->{zones} }] } @SETS;
@@ -368,37 +371,45 @@ for my $set (@SETS) {
         my $cls = sub { my ($side) = @_; [sort map { $log{"$side:$_"}{class} // '?' } @ids] };
         my $expect = [sort map { $_->[0] eq 'PASSED' ? $_->[0] : "$_->[0]$dry" } @model];
         my $t = $set->{steps}[$si][0];
-        if ($set->{defaults}) {
-            # limit_req: delay=0 (the model); ratelimit: nodelay, every admitted request passes.
-            is_deeply($cls->('lr'), $expect, "defaults, step at ${t}ms: limit_req delays as delay=0");
-            my $nodelay = [sort map { $_->[0] eq 'REJECTED' ? 'REJECTED' : 'PASSED' } @model];
-            known_ok('defaults', "step at ${t}ms: ratelimit passes what limit_req delays", eq_array($cls->('rl'), $nodelay))
-                or diag("ratelimit: @{ $cls->('rl') }");
-            next;
-        }
-        is_deeply($cls->('rl'), $cls->('lr'), "$name, step at ${t}ms: the same decisions as limit_req");
         is_deeply($cls->('lr'), $expect, "$name, step at ${t}ms: limit_req decides as the model");
-
-        # Delays: sorted within the step (its requests arrive together, in any order).
         my @dl = sort { $a <=> $b } map { lr_delay($set, $_) } @ids;
-        my @dr = sort { $a <=> $b } map { $log{"rl:$_"}{delay} // -1 } @ids;
-        my $worst = 0;
-        for my $j (0 .. $#dl) {
-            my $d = abs($dl[$j] - $dr[$j]);
-            $worst = $d if $d > $worst;
+        my $rt = sub {
+            my ($side) = @_;
+            return sort { $a <=> $b } map { $log{"$side:$_"}{rt} } grep { ($log{"$side:$_"}{class} // '') eq 'DELAYED' } @ids;
+        };
+        my @lr_rt = $rt->('lr');
+        for my $side (qw(rl gc)) {
+            my $algo = $side eq 'rl' ? 'leaky' : 'gcra';
+            if ($set->{defaults}) {
+                # limit_req: delay=0 (the model); ratelimit: nodelay, every admitted request passes.
+                my $nodelay = [sort map { $_->[0] eq 'REJECTED' ? 'REJECTED' : 'PASSED' } @model];
+                known_ok('defaults', "step at ${t}ms: $algo passes what limit_req delays", eq_array($cls->($side), $nodelay))
+                    or diag("$algo: @{ $cls->($side) }");
+                next;
+            }
+            is_deeply($cls->($side), $cls->('lr'), "$name, step at ${t}ms: $algo decides as limit_req");
+
+            # Delays: sorted within the step (its requests arrive together, in any order).
+            my @dr = sort { $a <=> $b } map { $log{"$side:$_"}{delay} // -1 } @ids;
+            my $worst = 0;
+            for my $j (0 .. $#dl) {
+                my $d = abs($dl[$j] - $dr[$j]);
+                $worst = $d if $d > $worst;
+            }
+            $max_diff = $worst if $worst > $max_diff;
+            cmp_ok($worst, '<=', 10, "$name, step at ${t}ms: ${algo}'s delays within 10 ms of limit_req's")
+                or diag("limit_req: @dl; $algo: @dr");
+            next if $dry;
+            # A delayed request really waited, about as long as under limit_req.
+            my @side_rt = $rt->($side);
+            my @dd = grep { $_ > 0 } @dr;
+            my $waited = @side_rt == @dd && !grep { $side_rt[$_] < $dd[$_] - 2 } 0 .. $#dd;
+            ok($waited, "$name, step at ${t}ms: $algo: each delayed request waited its delay")
+                or diag("waited @side_rt, delays @dd");
+            my $close = @side_rt == @lr_rt && !grep { abs($side_rt[$_] - $lr_rt[$_]) > 60 } 0 .. $#side_rt;
+            ok($close, "$name, step at ${t}ms: $algo waited within 60 ms of limit_req's waits")
+                or diag("$algo @side_rt, limit_req @lr_rt");
         }
-        $max_diff = $worst if $worst > $max_diff;
-        cmp_ok($worst, '<=', 10, "$name, step at ${t}ms: delays within 10 ms of limit_req's")
-            or diag("limit_req: @dl; ratelimit: @dr");
-        next if $dry;
-        # A delayed request really waited, on both sides, about as long.
-        my @rl_rt = sort { $a <=> $b } map { $log{"rl:$_"}{rt} } grep { ($log{"rl:$_"}{class} // '') eq 'DELAYED' } @ids;
-        my @lr_rt = sort { $a <=> $b } map { $log{"lr:$_"}{rt} } grep { ($log{"lr:$_"}{class} // '') eq 'DELAYED' } @ids;
-        my @dd = grep { $_ > 0 } @dr;
-        my $waited = @rl_rt == @dd && !grep { $rl_rt[$_] < $dd[$_] - 2 } 0 .. $#dd;
-        ok($waited, "$name, step at ${t}ms: each delayed request waited its delay") or diag("waited @rl_rt, delays @dd");
-        my $close = @rl_rt == @lr_rt && !grep { abs($rl_rt[$_] - $lr_rt[$_]) > 60 } 0 .. $#rl_rt;
-        ok($close, "$name, step at ${t}ms: waited within 60 ms of limit_req's waits") or diag("ratelimit @rl_rt, limit_req @lr_rt");
     }
 }
 diag("largest delay difference in a step: $max_diff ms");
@@ -413,7 +424,7 @@ for my $set (grep { !$_->{dry} && !$_->{defaults} } @SETS) {
     my $level = $set->{level} // 'error';
     my %bad;
     for my $id (map { @$_ } @{ $step_ids{ $set->{name} } }) {
-        for my $side (qw(lr rl)) {
+        for my $side (qw(lr rl gc)) {
             my $class = $log{"$side:$id"}{class} // '';
             next unless $class eq 'DELAYED' || $class eq 'REJECTED';
             my $want_level = $class eq 'DELAYED' ? $below{$level} : $level;
@@ -421,9 +432,10 @@ for my $set (grep { !$_->{dry} && !$_->{defaults} } @SETS) {
             $bad{$side}{$id} = $l ? $l->{level} : 'none' if !$l || $l->{level} ne $want_level;
         }
     }
-    my ($lr, $rl) = map { my $b = $bad{$_} || {}; join ' ', map { "$_: $b->{$_}" } sort keys %$b } qw(lr rl);
+    my ($lr, $rl, $gc) = map { my $b = $bad{$_} || {}; join ' ', map { "$_: $b->{$_}" } sort keys %$b } qw(lr rl gc);
     is($lr, '', "$set->{name}: limit_req logs rejections at $level, delays at $below{$level}");
-    is($rl, '', "$set->{name}: ratelimit logs them at the same levels");
+    is($rl, '', "$set->{name}: leaky logs them at the same levels");
+    is($gc, '', "$set->{name}: gcra logs them at the same levels");
 }
 
 # ------------------------------------------------------------------ the known differences
