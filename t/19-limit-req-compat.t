@@ -12,9 +12,10 @@
 # Timing: decisions depend on when requests arrive. Every sequence below is planned against a
 # model of that bucket, and the test first checks that no planned request is within 0.3 units
 # of a threshold (burst, delay=, empty), i.e. 60 ms at 5r/s, 150 ms at 2r/s: a loaded machine
-# shifts arrivals by less than that, so the expected decisions hold whatever the load.
+# shifts arrivals by far less, so the decisions do not depend on the load.
 # Delays are compared with each other (limit_req's computed from the excess it logs, ours is
-# $ratelimit_delay), never with wall time, except that a delayed request must really have waited.
+# $ratelimit_delay), not with the planned times; the waits measured ($request_time) must be at
+# least the delay and close to limit_req's.
 use strict;
 use warnings;
 use FindBin;
@@ -187,7 +188,7 @@ $zones_conf
     limit_req_zone \$arg_k zone=lr_precision:1m rate=2r/m;
     ratelimit_zone rl_precision key=\$arg_k rate=2r/m algo=leaky;
 
-    log_format cmp '\$uri \$arg_id \$status \$limit_req_status \$ratelimit_status \$ratelimit_delay \$request_time';
+    log_format cmp '\$uri \$arg_id \$status \$limit_req_status \$ratelimit_status \$ratelimit_delay \$request_time \$msec';
     server {
         listen 127.0.0.1:%%PORT%%;
         access_log %%DIR%%/access.log cmp;
@@ -330,10 +331,11 @@ my $want = @reqs;
 for (1 .. 60) {
     %log = ();
     for (split /\n/, slurp($n->dir . '/access.log')) {
-        my ($uri, $id, $status, $lrs, $rls, $delay, $rt) = split / /;
+        my ($uri, $id, $status, $lrs, $rls, $delay, $rt, $msec) = split / /;
         my ($side) = $uri =~ m{^/(lr|rl|gc)/} or next;
         $log{"$side:$id"} = { status => $status, class => $side eq 'lr' ? $lrs : $rls,
-                              delay => $delay, rt => int($rt * 1000 + 0.5) };
+                              delay => $delay, rt => int($rt * 1000 + 0.5),
+                              start => int($msec * 1000 + 0.5) - int($rt * 1000 + 0.5) };
     }
     last if keys %log >= $want;
     sleep 0.05;
@@ -360,7 +362,7 @@ sub lr_delay {
 
 # ------------------------------------------------------------------ the same decisions
 
-my $max_diff = 0;
+my ($max_diff, $max_skew, %skew) = (0, 0);
 for my $set (@SETS) {
     my $name = $set->{name};
     my $dry = $set->{dry} ? '_DRY_RUN' : '';
@@ -379,6 +381,19 @@ for my $set (@SETS) {
         };
         my @lr_rt = $rt->('lr');
         for my $side (qw(rl gc)) {
+            # A delay depends on when the request and the ones queued before it arrived: one side
+            # reading a request some ms after the other (the test or a worker descheduled) moves
+            # it by up to twice that. The skew is what nginx saw (ms), over the set so far. The
+            # 10 ms cover what it does not see: limit_req's clock is the event loop's cached
+            # millisecond, ours is read at each decision, in microseconds.
+            $skew{$name}{$side} //= 0;
+            for my $id (@ids) {
+                my ($a, $b) = ($log{"lr:$id"}{start}, $log{"$side:$id"}{start});
+                next unless defined $a && defined $b;
+                $skew{$name}{$side} = abs($a - $b) if abs($a - $b) > $skew{$name}{$side};
+            }
+            my $skew = $skew{$name}{$side};
+            $max_skew = $skew if $skew > $max_skew;
             my $algo = $side eq 'rl' ? 'leaky' : 'gcra';
             if ($set->{defaults}) {
                 # limit_req: delay=0 (the model); ratelimit: nodelay, every admitted request passes.
@@ -397,7 +412,7 @@ for my $set (@SETS) {
                 $worst = $d if $d > $worst;
             }
             $max_diff = $worst if $worst > $max_diff;
-            cmp_ok($worst, '<=', 10, "$name, step at ${t}ms: ${algo}'s delays within 10 ms of limit_req's")
+            cmp_ok($worst, '<=', 10 + 2 * $skew, "$name, step at ${t}ms: ${algo}'s delays within 10 ms of limit_req's (+ 2 x skew $skew ms)")
                 or diag("limit_req: @dl; $algo: @dr");
             next if $dry;
             # A delayed request really waited, about as long as under limit_req.
@@ -406,13 +421,14 @@ for my $set (@SETS) {
             my $waited = @side_rt == @dd && !grep { $side_rt[$_] < $dd[$_] - 2 } 0 .. $#dd;
             ok($waited, "$name, step at ${t}ms: $algo: each delayed request waited its delay")
                 or diag("waited @side_rt, delays @dd");
-            my $close = @side_rt == @lr_rt && !grep { abs($side_rt[$_] - $lr_rt[$_]) > 60 } 0 .. $#side_rt;
-            ok($close, "$name, step at ${t}ms: $algo waited within 60 ms of limit_req's waits")
+            # Timers of a loaded machine fire late, not always alike on both sides: 100 ms.
+            my $close = @side_rt == @lr_rt && !grep { abs($side_rt[$_] - $lr_rt[$_]) > 100 + 2 * $skew } 0 .. $#side_rt;
+            ok($close, "$name, step at ${t}ms: $algo waited within 100 ms of limit_req's waits (+ 2 x skew)")
                 or diag("$algo @side_rt, limit_req @lr_rt");
         }
     }
 }
-diag("largest delay difference in a step: $max_diff ms");
+diag("largest delay difference in a step: $max_diff ms; largest arrival skew: $max_skew ms");
 
 # Every set met every class it was meant to (the test can tell them apart).
 my %classes = map { my $c = $_->[0]; ($c => 1) } map { @{ $_->{model} } } grep { !$_->{dry} } @SETS;
