@@ -32,6 +32,14 @@ sub http_of {
         ['g',  'rate=1r/s burst=2'],      # graceful stop
         map({ ["l_$_", 'rate=1r/m burst=2'] } qw(error warn notice info)),
     );
+    # Redis stores: the same two limits with t1 in shared memory.
+    my $mix = '';
+    if ($redis) {
+        $z .= "    ratelimit_zone tm$sfx key=\$arg_k rate=2r/s burst=3;\n";
+        $z .= "    ratelimit_zone t2m$sfx key=\$arg_k rate=1r/s burst=3$r;\n";
+        $mix = "        location /mix { ratelimit zone=tm$sfx delay=0; ratelimit zone=t2m$sfx delay=0 max_delay=1500ms; empty_gif; }\n"
+          . "        location /tmpeek { ratelimit zone=tm$sfx quantity=0; empty_gif; }\n";
+    }
     my $l = '';
     $l .= "        location /l_$_ { ratelimit_log_level $_; ratelimit zone=l_$_$sfx delay=0; empty_gif; }\n"
       for qw(error warn notice info);
@@ -54,8 +62,10 @@ $z
         location /t1peek { ratelimit zone=t1$sfx quantity=0; empty_gif; }
         location /g     { ratelimit zone=g$sfx delay=0; empty_gif; }
         location /nodelay { ratelimit zone=a$sfx nodelay; empty_gif; }
+        location /token { ratelimit_algo token; ratelimit zone=a$sfx delay=0; empty_gif; }
+        location /leaky { ratelimit_algo leaky; ratelimit zone=a$sfx delay=0; empty_gif; }
         location /free  { empty_gif; }
-$l    }
+$mix$l    }
 EOF2
 }
 
@@ -172,6 +182,15 @@ sub scenarios {
     my ($longest) = sort { $b <=> $a } map { $_->{ms} } @bg;
     cmp_ok($free_ms * 4, '<', $longest, "$label: answered while a request waited (${free_ms} ms vs $longest ms)");
 
+    # The token and leaky buckets delay alike (delay=0: every excess request waits its turn).
+    for my $algo (qw(token leaky)) {
+        $k = fresh_key();
+        ($spread, @r) = at_once($port, map { "/$algo?k=$k" } 1 .. 3);
+        @ok = sort { $a->{delay} <=> $b->{delay} } @r;
+        ok(near($ok[0]{delay}, 0, $spread) && near($ok[1]{delay}, 500, $spread) && near($ok[2]{delay}, 1000, $spread),
+           "$label: $algo: delays 0, 500, 1000 ms") or diag(join ' ', map { $_->{delay} } @ok);
+    }
+
     # nodelay (the default): the same excess passes at once.
     $k = fresh_key();
     (undef, @r) = at_once($port, map { "/nodelay?k=$k" } 1 .. 5);
@@ -214,7 +233,7 @@ sub scenarios {
     is(delay_of($h), 0, "$label: the first request of c passes at once");
     my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp') or die;
     print $sock "GET /c?k=$k HTTP/1.1\r\nHost: localhost\r\n\r\n";
-    ok($n->wait_log(qr/delaying request by zone "c$sfx", delay (?:9\.9\d\d|10\.000)s/), "$label: the second waits 10 s");
+    ok($n->wait_log(qr/delaying request, excess: (?:0\.99\d|1\.000), by zone "c$sfx", delay (?:9\.9\d\d|10\.000)s/), "$label: the second waits 10 s");
     (undef, $h) = $n->get("/cpeek?k=$k");
     is(remaining_of($h), 2, "$label: while it waits, 2 of 4 used");
     close $sock;
@@ -231,7 +250,7 @@ sub scenarios {
     # would pass max_delay is rejected and t1 keeps nothing of it.
     $k = fresh_key();
     ($spread, @sent) = send_all($port, map { "/two?k=$k" } 1 .. 2);
-    ok(wait_count($n, qr/delaying request by zone "t2$sfx"/, ++$t2count), "$label: t2 delays");
+    ok(wait_count($n, qr/delaying request, excess: [\d.]+, by zone "t2$sfx"/, ++$t2count), "$label: t2 delays");
     ($s, $h) = $n->get("/two?k=$k");
     is($s, 429, "$label: t2 would wait about 2 s, beyond its max_delay");
     (undef, $h) = $n->get("/t1peek?k=$k");
@@ -240,6 +259,20 @@ sub scenarios {
     is(join(' ', map { $_->{status} } @ok), '200 200', "$label: two limits admit both");
     ok(near($ok[1]{delay}, 1000, $spread), "$label: the longer delay applies (t2's 1000 ms, not t1's 500)")
       or diag($ok[1]{delay});
+
+    # The same with t1 in shared memory and t2 in Redis: the longest delay across stores, and
+    # shared memory gives back what Redis's max_delay rejected.
+    if ($n->conf =~ m{location /mix}) {
+        $k = fresh_key();
+        ($spread, @sent) = send_all($port, map { "/mix?k=$k" } 1 .. 2);
+        ok(wait_count($n, qr/delaying request, excess: [\d.]+, by zone "t2m$sfx"/, 1), "$label: mixed stores: Redis delays");
+        ($s, $h) = $n->get("/mix?k=$k");
+        is($s, 429, "$label: mixed stores: Redis's max_delay rejects");
+        (undef, $h) = $n->get("/tmpeek?k=$k");
+        is(remaining_of($h), 2, "$label: mixed stores: shared memory gave its unit back (2 of 4 used)");
+        @ok = sort { $a->{delay} <=> $b->{delay} } read_all(@sent);
+        ok(near($ok[1]{delay}, 1000, $spread), "$label: mixed stores: Redis's longer delay applies") or diag($ok[1]{delay});
+    }
 
     # Dry run: would-be-delayed requests pass at once.
     $k = fresh_key();
@@ -251,14 +284,14 @@ sub scenarios {
     ok($dd[0] == 0 && $dd[1] > 500 && $dd[2] > $dd[1] + 500, "$label: dry run: \$ratelimit_delay is the would-be delay")
       or diag("@dd");
     cmp_ok($dry_ms, '<', $dd[2] / 2, "$label: dry run: no request waited ($dry_ms ms for three)");
-    ok($n->wait_log(qr/delaying request \(dry run\) by zone "dz/), "$label: dry run delays are logged");
+    ok($n->wait_log(qr/delaying request \(dry run\), excess: (?:0\.9\d\d|1\.\d\d\d), by zone "dz/), "$label: dry run delays are logged");
 
     # Log levels: one below ratelimit_log_level, info stays info.
     my %level = (error => 'warn', warn => 'notice', notice => 'info', info => 'info');
     for my $lv (sort keys %level) {
         $k = fresh_key();
         $n->get("/l_$lv?k=$k");
-        my ($ok, $c) = send_delayed($n, "/l_$lv?k=$k", qr/\[$level{$lv}\][^\n]*delaying request by zone "l_$lv$sfx"/);
+        my ($ok, $c) = send_delayed($n, "/l_$lv?k=$k", qr/\[$level{$lv}\][^\n]*delaying request, excess: (?:0\.99\d|1\.000), by zone "l_$lv$sfx"/);
         ok($ok, "$label: ratelimit_log_level $lv: delays at $level{$lv}");
         close $c->{s};
     }
@@ -281,7 +314,7 @@ sub graceful_stop {
     my $t0 = time;
     my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $n->port, Proto => 'tcp') or die;
     print $sock "GET /g?k=$k HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-    ok($n->wait_log(qr/delaying request by zone "g[^"]*", delay (?:0\.9\d\d|1\.000)s/), "$label: a request waits 1 s");
+    ok($n->wait_log(qr/delaying request, excess: (?:0\.9\d\d|1\.000), by zone "g[^"]*", delay (?:0\.9\d\d|1\.000)s/), "$label: a request waits 1 s");
     my $master = $n->master_pid;
     kill 'QUIT', $master;
     my $buf = '';
@@ -296,9 +329,33 @@ sub graceful_stop {
     ok($gone, "$label: then nginx exits");
 }
 
+# Until the worker's Redis connection decides requests.
+sub wait_redis {
+    my ($n) = @_;
+    for (1 .. 100) {
+        my (undef, $h) = $n->get('/nodelay?k=' . fresh_key('warm'));
+        return 1 if ($h->{'x-status'} // '') eq 'PASSED';
+        sleep 0.05;
+    }
+    return 0;
+}
+
 my $shm = start_nginx(http_of('', undef), workers => 1);
 variables($shm, 'shm');
 scenarios($shm, 'shm', '');
 graceful_stop($shm, 'shm');
+
+my $redis = start_redis();
+my $rn = start_nginx("    ratelimit_redis main ${\ $redis->addr} timeout=2s;\n" . http_of('_r', 'main'), workers => 1);
+ok(wait_redis($rn), 'redis: connected');
+variables($rn, 'redis');
+scenarios($rn, 'redis', '_r');
+graceful_stop($rn, 'redis');
+
+my $cluster = start_redis_cluster(primaries => 3);
+my $cn = start_nginx("    ratelimit_redis rc cluster ${\ $cluster->seeds} timeout=2s;\n" . http_of('_c', 'rc'), workers => 1);
+ok(wait_redis($cn), 'cluster: connected');
+scenarios($cn, 'cluster', '_c');
+graceful_stop($cn, 'cluster');
 
 done_testing;

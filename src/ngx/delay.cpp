@@ -43,9 +43,16 @@ void rl_delay_decide(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
     ctx->delay_ms = (longest->decision.delay_us + 999) / 1000;
     ctx->status = lcf->dry_run ? RL_STATUS_DELAYED_DRY_RUN : RL_STATUS_DELAYED;
     ctx->delaying = !lcf->dry_run && ctx->verdict == NGX_DECLINED;
-    ngx_log_error(delay_log_level(lcf), ctx->r->connection->log, 0, "delaying request%s by zone \"%V\", delay %L.%03Ls",
-                  lcf->dry_run ? " (dry run)" : "", &longest->applied->zone->name, ctx->delay_ms / 1000,
-                  ctx->delay_ms % 1000);
+    // limit_req's "excess": the requests beyond the first in the bucket, from the delay
+    // (delay = (excess - N) / rate); the delay is rounded up by less than a microsecond.
+    const rl::Policy& p = longest->applied->policy;
+    double excess = static_cast<double>(p.delay) +
+                    static_cast<double>(longest->decision.delay_us) * static_cast<double>(p.requests) /
+                        static_cast<double>(p.period_us);
+    auto milli = static_cast<int64_t>(excess * 1000 + 1e-6);
+    ngx_log_error(delay_log_level(lcf), ctx->r->connection->log, 0,
+                  "delaying request%s, excess: %L.%03L, by zone \"%V\", delay %L.%03Ls", lcf->dry_run ? " (dry run)" : "",
+                  milli / 1000, milli % 1000, &longest->applied->zone->name, ctx->delay_ms / 1000, ctx->delay_ms % 1000);
 }
 
 ngx_int_t rl_delay_start(rl_ctx_t* ctx) noexcept {
