@@ -37,9 +37,9 @@ my %KNOWN = (
                . 'request every 30.3 s; here exactly one every 30 s',
     empty_key => '$limit_req_status is empty when the key is empty; $ratelimit_status is EXEMPT',
     config    => 'limit_req refuses burst=0, delay=0 and rates in r/h; here all three are valid',
-    log       => 'log lines say the excess there ("limiting requests, excess: 1.000 by zone", "delaying '
-               . 'request, excess: 1.000, by zone"), the wait here ("limiting request by zone ..., retry in '
-               . '0.200s", "delaying request by zone ..., delay 0.200s")',
+    log       => 'a rejection is logged with the excess there ("limiting requests, excess: 1.000 by zone"), '
+               . 'with the wait here ("limiting request by zone ..., retry in 0.200s"); a delay is logged '
+               . 'alike, plus the wait here ("delaying request, excess: 1.000, by zone ..., delay 0.200s")',
 );
 my %asserted;
 sub known_ok {
@@ -497,7 +497,7 @@ for my $set (grep { !$_->{dry} && !$_->{defaults} } @SETS) {
         'lr limiting' => qr/^limiting requests, excess: \d+\.\d{3} by zone "lr_\w+"$/,
         'lr delaying' => qr/^delaying request, excess: \d+\.\d{3}, by zone "lr_\w+"$/,
         'rl limiting' => qr/^limiting request by zone "rl_\w+", retry in \d+\.\d{3}s$/,
-        'rl delaying' => qr/^delaying request by zone "rl_\w+", delay \d+\.\d{3}s$/,
+        'rl delaying' => qr/^delaying request, excess: \d+\.\d{3}, by zone "rl_\w+", delay \d+\.\d{3}s$/,
     );
     my @bad = grep { ($first{$_} // '') !~ $want{$_} } sort keys %want;
     known_ok('log', 'rejection and delay lines', !@bad) or diag(map { "$_: " . ($first{$_} // 'none') . "\n" } @bad);
