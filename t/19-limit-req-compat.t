@@ -1,8 +1,8 @@
 # limit_req and this module side by side: one nginx, locations per setting set (one limited by
-# limit_req, one by ratelimit algo=leaky, one by algo=gcra, the same rate, burst and delay), the
-# same timed requests sent to all at the same moment; they must make the same decisions (PASSED,
-# DELAYED, REJECTED) with the same delays. The differences that are meant are listed in %KNOWN
-# and asserted too (against leaky).
+# limit_req, the others by ratelimit algo=leaky, algo=gcra and algo=leaky in Redis, the same
+# rate, burst and delay), the same timed requests sent to all at the same moment; they must make
+# the same decisions (PASSED, DELAYED, REJECTED) with the same delays. The differences that are
+# meant are listed in %KNOWN and asserted too (against leaky in shared memory).
 #
 # Why leaky: limit_req is a leaky bucket as a meter. It keeps (excess, last) per key, the leaky
 # algorithm keeps (level, last leak): the same state, and excess = level - 1 (a new key's first
@@ -102,6 +102,10 @@ sub model {
 
 # ------------------------------------------------------------------ the setting sets
 
+# The locations of each set: /lr/NAME (limit_req), /rl/NAME, /gc/NAME, /rd/NAME (ratelimit).
+my @SIDES = qw(lr rl gc rd);
+my %SIDES = (lr => 'limit_req', rl => 'leaky', gc => 'gcra', rd => 'leaky in Redis');
+
 # Steps for one key: [ms, count] -> [ms, [[key] x count]].
 sub one_key { return [map { my ($t, $n) = @$_; [$t, [map { ['k'] } 1 .. $n]] } @_] }
 
@@ -145,6 +149,7 @@ for my $set (@SETS) {
         $zones_conf .= "    limit_req_zone $key zone=lr_${name}_$zi:1m rate=$z->{rate};\n";
         $zones_conf .= "    ratelimit_zone rl_${name}_$zi key=$key rate=$z->{rate} burst=$z->{burst} algo=leaky;\n";
         $zones_conf .= "    ratelimit_zone gc_${name}_$zi key=$key rate=$z->{rate} burst=$z->{burst} algo=gcra;\n";
+        $zones_conf .= "    ratelimit_zone rd_${name}_$zi key=$key rate=$z->{rate} burst=$z->{burst} algo=leaky redis=r;\n";
         $lr .= " limit_req zone=lr_${name}_$zi" . ($z->{burst} ? " burst=$z->{burst}" : '');
         $rl .= " ratelimit zone=rl_${name}_$zi";
         if (!$set->{defaults}) {
@@ -166,8 +171,10 @@ for my $set (@SETS) {
     }
     $locs_conf .= "        location /lr/$name {$lr empty_gif; }\n";
     $locs_conf .= "        location /rl/$name {$rl empty_gif; }\n";
-    (my $gc = $rl) =~ s/zone=rl_/zone=gc_/g;
-    $locs_conf .= "        location /gc/$name {$gc empty_gif; }\n";
+    for my $side (qw(gc rd)) {
+        (my $lines = $rl) =~ s/zone=rl_/zone=${side}_/g;
+        $locs_conf .= "        location /$side/$name {$lines empty_gif; }\n";
+    }
 }
 
 # No planned request is on a knife edge.
@@ -179,7 +186,12 @@ for my $set (@SETS) {
 
 # ------------------------------------------------------------------ the differences' settings
 
+my $redis = start_redis();
+my $rp = $redis->port;
 my $conf = <<"EOF2";
+    # A generous timeout: a verdict must never come from ratelimit_on_error here.
+    ratelimit_redis r 127.0.0.1:$rp timeout=2s;
+    ratelimit_zone warm key=\$arg_k rate=1000r/s redis=r;
 $zones_conf
     # A client closing while delayed (2r/s: a unit is 500 ms).
     limit_req_zone \$arg_k zone=lr_close:1m rate=2r/s;
@@ -197,6 +209,12 @@ $locs_conf
         location /rl/close { ratelimit zone=rl_close delay=0; empty_gif; }
         location /lr/precision { limit_req zone=lr_precision; empty_gif; }
         location /rl/precision { ratelimit zone=rl_precision; empty_gif; }
+        location /warm {
+            ratelimit zone=warm;
+            add_header X-Who \$pid always;
+            add_header X-Status \$ratelimit_status always;
+            empty_gif;
+        }
     }
 EOF2
 
@@ -216,6 +234,7 @@ EOF2
 }
 
 my $n = start_nginx($conf, log_level => 'info');
+ok(defined $n->wait_decided(sub { '/warm?k=' . fresh_key('warm') }), 'every worker decides in Redis');
 
 # ------------------------------------------------------------------ the client
 
@@ -293,7 +312,7 @@ for my $set (@SETS) {
             $args{g} = "$name-$reqs->[$ri][1]" if defined $reqs->[$ri][1];
             my $q = join '&', (map { "$_=$args{$_}" } sort keys %args), "id=$id";
             # Which side is written first rotates.
-            my @sides = (qw(lr rl gc lr rl))[$ri % 3 .. $ri % 3 + 2];
+            my @sides = (@SIDES, @SIDES)[$ri % 4 .. $ri % 4 + 3];
             push @reqs, map { { id => "$_:$id", path => "/$_/$name?$q", at => $offset + $t / 1000 } } @sides;
             push @{ $step_ids{$name}[$si] }, $id;
         }
@@ -332,7 +351,7 @@ for (1 .. 60) {
     %log = ();
     for (split /\n/, slurp($n->dir . '/access.log')) {
         my ($uri, $id, $status, $lrs, $rls, $delay, $rt, $msec) = split / /;
-        my ($side) = $uri =~ m{^/(lr|rl|gc)/} or next;
+        my ($side) = $uri =~ m{^/(lr|rl|gc|rd)/} or next;
         $log{"$side:$id"} = { status => $status, class => $side eq 'lr' ? $lrs : $rls,
                               delay => $delay, rt => int($rt * 1000 + 0.5),
                               start => int($msec * 1000 + 0.5) - int($rt * 1000 + 0.5) };
@@ -346,7 +365,7 @@ is(scalar(keys %log), $want, 'every request is in the access log');
 # exactly as limit_req computes it: (excess - delay) * 1000 / rate, in 1/1000 units.
 my %elog;
 for (split /\n/, $n->error_log) {
-    next unless m{\[(\w+)\] .*?: \*\d+ (.*?), client: .*?request: "GET /(lr|rl|gc)/\w+\?[^"]*\bid=([\w-]+)};
+    next unless m{\[(\w+)\] .*?: \*\d+ (.*?), client: .*?request: "GET /(lr|rl|gc|rd)/\w+\?[^"]*\bid=([\w-]+)};
     push @{ $elog{"$3:$4"} }, { level => $1, msg => $2 };
 }
 my %rate_milli = map { $_->{name} => [map { int($_->{r} * 1000) } @{ $_->{zones} }] } @SETS;
@@ -380,7 +399,7 @@ for my $set (@SETS) {
             return sort { $a <=> $b } map { $log{"$side:$_"}{rt} } grep { ($log{"$side:$_"}{class} // '') eq 'DELAYED' } @ids;
         };
         my @lr_rt = $rt->('lr');
-        for my $side (qw(rl gc)) {
+        for my $side (qw(rl gc rd)) {
             # A delay depends on when the request and the ones queued before it arrived: one side
             # reading a request some ms after the other (the test or a worker descheduled) moves
             # it by up to twice that. The skew is what nginx saw (ms), over the set so far. The
@@ -394,7 +413,7 @@ for my $set (@SETS) {
             }
             my $skew = $skew{$name}{$side};
             $max_skew = $skew if $skew > $max_skew;
-            my $algo = $side eq 'rl' ? 'leaky' : 'gcra';
+            my $algo = $SIDES{$side};
             if ($set->{defaults}) {
                 # limit_req: delay=0 (the model); ratelimit: nodelay, every admitted request passes.
                 my $nodelay = [sort map { $_->[0] eq 'REJECTED' ? 'REJECTED' : 'PASSED' } @model];
@@ -412,7 +431,7 @@ for my $set (@SETS) {
                 $worst = $d if $d > $worst;
             }
             $max_diff = $worst if $worst > $max_diff;
-            cmp_ok($worst, '<=', 10 + 2 * $skew, "$name, step at ${t}ms: ${algo}'s delays within 10 ms of limit_req's (+ 2 x skew $skew ms)")
+            cmp_ok($worst, '<=', 10 + 2 * $skew, "$name, step at ${t}ms: delays under $algo within 10 ms of limit_req's (+ 2 x skew $skew ms)")
                 or diag("limit_req: @dl; $algo: @dr");
             next if $dry;
             # A delayed request really waited, about as long as under limit_req.
@@ -440,7 +459,7 @@ for my $set (grep { !$_->{dry} && !$_->{defaults} } @SETS) {
     my $level = $set->{level} // 'error';
     my %bad;
     for my $id (map { @$_ } @{ $step_ids{ $set->{name} } }) {
-        for my $side (qw(lr rl gc)) {
+        for my $side (@SIDES) {
             my $class = $log{"$side:$id"}{class} // '';
             next unless $class eq 'DELAYED' || $class eq 'REJECTED';
             my $want_level = $class eq 'DELAYED' ? $below{$level} : $level;
@@ -448,10 +467,12 @@ for my $set (grep { !$_->{dry} && !$_->{defaults} } @SETS) {
             $bad{$side}{$id} = $l ? $l->{level} : 'none' if !$l || $l->{level} ne $want_level;
         }
     }
-    my ($lr, $rl, $gc) = map { my $b = $bad{$_} || {}; join ' ', map { "$_: $b->{$_}" } sort keys %$b } qw(lr rl gc);
-    is($lr, '', "$set->{name}: limit_req logs rejections at $level, delays at $below{$level}");
-    is($rl, '', "$set->{name}: leaky logs them at the same levels");
-    is($gc, '', "$set->{name}: gcra logs them at the same levels");
+    for my $side (@SIDES) {
+        my $b = $bad{$side} || {};
+        is(join(' ', map { "$_: $b->{$_}" } sort keys %$b), '',
+            $side eq 'lr' ? "$set->{name}: limit_req logs rejections at $level, delays at $below{$level}"
+                          : "$set->{name}: $SIDES{$side} logs them at the same levels");
+    }
 }
 
 # ------------------------------------------------------------------ the known differences
