@@ -303,7 +303,6 @@ my (@reqs, %step_ids);
 my $offset = 0;
 for my $set (@SETS) {
     my $name = $set->{name};
-    my $keyn = 0;
     for my $si (0 .. $#{ $set->{steps} }) {
         my ($t, $reqs) = @{ $set->{steps}[$si] };
         for my $ri (0 .. $#$reqs) {
@@ -344,7 +343,8 @@ push @reqs, map { { id => "$_:empty", path => "/$_/nodelay?k=&id=empty", at => 4
 my $res = run_schedule(\@reqs);
 is(scalar(grep { !$res->{ $_->{id} } } @reqs), 0, 'every request got a response (or was closed on purpose)');
 
-# The access log: "uri id status limit_req_status ratelimit_status ratelimit_delay request_time"
+# The access log: "uri id status limit_req_status ratelimit_status ratelimit_delay request_time
+# msec"; a request started at msec - request_time.
 my %log;
 my $want = @reqs;
 for (1 .. 60) {
@@ -370,8 +370,8 @@ for (split /\n/, $n->error_log) {
 }
 my %rate_milli = map { $_->{name} => [map { int($_->{r} * 1000) } @{ $_->{zones} }] } @SETS;
 sub lr_delay {
-    my ($set, $id, $side) = @_;
-    for my $l (@{ $elog{ ($side // "lr") . ":$id" } || [] }) {
+    my ($set, $id) = @_;
+    for my $l (@{ $elog{"lr:$id"} || [] }) {
         next unless $l->{msg} =~ /^delaying request(?:, dry run)?, excess: (\d+)\.(\d{3}), by zone "\w+_(\d)"/;
         my $z = $set->{zones}[$3];
         return int(($1 * 1000 + $2 - ($z->{delay} // 0) * 1000) * 1000 / $rate_milli{ $set->{name} }[$3]);
