@@ -138,7 +138,7 @@ TEST(RedisCommand, ExactBytesOfABatch) {
                        doubles({2, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0, 100000, 150000}) +
                        doubles({4, 5, 60000000, 0, 1, 12000000, 5, 60000000, 2, 9, -1, -1}) + "\r\n";
     EXPECT_EQ(batch(rl::CommandScript::evalsha, true, "rl:", groups, 123), want);
-    EXPECT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 2u + 5u * 3u);
+    EXPECT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 2u + 4u * 3u);
 
     // One group is exactly the single-request call.
     std::vector<rl::RedisCheck> one(second, second + 2);
@@ -165,13 +165,14 @@ TEST(RedisCommand, DecodeBatchReply) {
     // Groups of 1, 2 and 0 checks: the first admitted, the second not (one rejection), the
     // empty one admitted.
     const std::vector<rl::RedisGroup> groups = {{nullptr, 1}, {nullptr, 2}, {nullptr, 0}};
-    ASSERT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 17u);
-    const int64_t ok[] = {2, 1700000000000000, 1, 4, 100, 0, 250, 1, 3, 50, 0, 0, 0, 0, 5000, -1, 0};
+    // An allowed check's 4th value is its delay, a rejected one's its retry.
+    ASSERT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 14u);
+    const int64_t ok[] = {2, 1700000000000000, 1, 4, 100, 250, 1, 3, 50, 0, 0, 0, 5000, -1};
     rl::Decision d[3];
     d[1].limit = 7;
     bool admitted[3] = {false, true, false};
     int64_t now = 0;
-    ASSERT_TRUE(rl::decode_batch_reply(ok, 17, groups.data(), 3, d, admitted, &now));
+    ASSERT_TRUE(rl::decode_batch_reply(ok, 14, groups.data(), 3, d, admitted, &now));
     EXPECT_EQ(now, 1700000000000000);
     EXPECT_TRUE(admitted[0]);
     EXPECT_FALSE(admitted[1]);
@@ -180,13 +181,15 @@ TEST(RedisCommand, DecodeBatchReply) {
     EXPECT_EQ(d[0].remaining, 4);
     EXPECT_EQ(d[0].reset_us, 100);
     EXPECT_EQ(d[0].delay_us, 250);
+    EXPECT_EQ(d[0].retry_after_us, 0);
     EXPECT_TRUE(d[1].allowed);  // allowed in a group that was not admitted: consumed nothing
     EXPECT_EQ(d[1].remaining, 3);
     EXPECT_EQ(d[1].limit, 7);  // left to the caller
     EXPECT_FALSE(d[2].allowed);
     EXPECT_EQ(d[2].reset_us, 5000);
     EXPECT_EQ(d[2].retry_after_us, rl::kNever);
-    EXPECT_TRUE(rl::decode_batch_reply(ok, 17, groups.data(), 3, d, nullptr, nullptr));  // both optional
+    EXPECT_EQ(d[2].delay_us, 0);
+    EXPECT_TRUE(rl::decode_batch_reply(ok, 14, groups.data(), 3, d, nullptr, nullptr));  // both optional
 
     // Malformed: nothing written.
     auto rejects = [&](std::vector<int64_t> v, const char* why) {
@@ -197,13 +200,13 @@ TEST(RedisCommand, DecodeBatchReply) {
         EXPECT_FALSE(untouched[0].allowed || untouched[1].allowed || flags[0] || flags[2]) << why;
         EXPECT_EQ(t, -5) << why;
     };
-    std::vector<int64_t> base(ok, ok + 17);
+    std::vector<int64_t> base(ok, ok + 14);
     auto with = [&](size_t i, int64_t value) {
         std::vector<int64_t> v = base;
         v[i] = value;
         return v;
     };
-    rejects(std::vector<int64_t>(ok, ok + 16), "short");
+    rejects(std::vector<int64_t>(ok, ok + 13), "short");
     rejects([&] { auto v = base; v.push_back(0); return v; }(), "long");
     rejects(with(0, 3), "admitted count too high");
     rejects(with(0, 1), "admitted count too low");
@@ -212,13 +215,12 @@ TEST(RedisCommand, DecodeBatchReply) {
     rejects(with(2, 2), "bad flag");
     rejects(with(3, -1), "negative remaining");
     rejects(with(4, -1), "negative reset");
-    rejects(with(15, -2), "bad retry");
-    rejects(with(6, -1), "negative delay");
-    rejects(with(16, 1), "a rejected check that waits");
-    rejects(with(12, 1), "every check allowed but the group counted as rejected");
+    rejects(with(13, -2), "bad retry");
+    rejects(with(5, -1), "an allowed check with a negative delay");
+    rejects(with(10, 1), "every check allowed but the group counted as rejected");
     EXPECT_FALSE(rl::decode_batch_reply(nullptr, 0, groups.data(), 3, d, admitted, &now));
-    EXPECT_FALSE(rl::decode_batch_reply(ok, 17, nullptr, 3, d, admitted, &now));
-    EXPECT_FALSE(rl::decode_batch_reply(ok, 17, groups.data(), 3, nullptr, admitted, &now));
+    EXPECT_FALSE(rl::decode_batch_reply(ok, 14, nullptr, 3, d, admitted, &now));
+    EXPECT_FALSE(rl::decode_batch_reply(ok, 14, groups.data(), 3, nullptr, admitted, &now));
 
     // No group: {0, now}.
     const int64_t none[] = {0, 9};
@@ -229,11 +231,11 @@ TEST(RedisCommand, DecodeBatchReply) {
 }
 
 TEST(RedisCommand, DecodeReply) {
-    const int64_t ok[] = {0, 1700000000000000, 1, 4, 100, 0, 0, 0, 0, 5000, -1, 0};
+    const int64_t ok[] = {0, 1700000000000000, 1, 4, 100, 0, 0, 0, 5000, -1};
     rl::Decision d[2];
     d[0].limit = 10;
     int64_t now = 0;
-    ASSERT_TRUE(rl::decode_decide_reply(ok, 12, 2, d, &now));
+    ASSERT_TRUE(rl::decode_decide_reply(ok, 10, 2, d, &now));
     EXPECT_EQ(now, 1700000000000000);
     EXPECT_TRUE(d[0].allowed);
     EXPECT_EQ(d[0].remaining, 4);
@@ -244,16 +246,18 @@ TEST(RedisCommand, DecodeReply) {
     EXPECT_EQ(d[1].retry_after_us, rl::kNever);
 
     rl::Decision untouched[2];
-    const int64_t short_reply[] = {1, 5, 1, 0, 0, 0};
-    EXPECT_FALSE(rl::decode_decide_reply(short_reply, 6, 2, untouched, &now));
-    const int64_t bad_all[] = {1, 5, 1, 0, 0, 0, 0, 0, 0, 0, 7, 0};  // all_allowed with a rejection
-    EXPECT_FALSE(rl::decode_decide_reply(bad_all, 12, 2, untouched, &now));
-    const int64_t bad_flag[] = {0, 5, 2, 0, 0, 0, 0};
-    EXPECT_FALSE(rl::decode_decide_reply(bad_flag, 7, 1, untouched, &now));
-    const int64_t negative[] = {1, 5, 1, -1, 0, 0, 0};
-    EXPECT_FALSE(rl::decode_decide_reply(negative, 7, 1, untouched, &now));
-    const int64_t bad_retry[] = {0, 5, 0, 0, 0, -2, 0};
-    EXPECT_FALSE(rl::decode_decide_reply(bad_retry, 7, 1, untouched, &now));
+    const int64_t short_reply[] = {1, 5, 1, 0, 0};
+    EXPECT_FALSE(rl::decode_decide_reply(short_reply, 5, 2, untouched, &now));
+    const int64_t bad_all[] = {1, 5, 1, 0, 0, 0, 0, 0, 0, 7};  // all_allowed with a rejection
+    EXPECT_FALSE(rl::decode_decide_reply(bad_all, 10, 2, untouched, &now));
+    const int64_t bad_flag[] = {0, 5, 2, 0, 0, 0};
+    EXPECT_FALSE(rl::decode_decide_reply(bad_flag, 6, 1, untouched, &now));
+    const int64_t negative[] = {1, 5, 1, -1, 0, 0};
+    EXPECT_FALSE(rl::decode_decide_reply(negative, 6, 1, untouched, &now));
+    const int64_t bad_retry[] = {0, 5, 0, 0, 0, -2};
+    EXPECT_FALSE(rl::decode_decide_reply(bad_retry, 6, 1, untouched, &now));
+    const int64_t bad_delay[] = {1, 5, 1, 0, 0, -1};  // an allowed check's delay
+    EXPECT_FALSE(rl::decode_decide_reply(bad_delay, 6, 1, untouched, &now));
     EXPECT_FALSE(untouched[0].allowed);
     EXPECT_EQ(untouched[0].remaining, 0);
     EXPECT_FALSE(rl::decode_decide_reply(nullptr, 0, 0, untouched, &now));

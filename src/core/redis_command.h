@@ -19,10 +19,11 @@
 //
 //   reply: an array of integers
 //     {admitted, now_us, then per check (the groups back to back): allowed, remaining,
-//      reset_us, retry_after_us, delay_us}
+//      reset_us, retry_after_us or delay_us}
 //   admitted is the number of groups admitted; a group is admitted iff all its checks allowed.
-//   retry_after_us is -1 (kNever) when the cost can never be admitted; delay_us is the wait of
-//   an allowed check (delay.h), 0 otherwise. For one group the reply
+//   The 4th value is, for a rejected check, retry_after_us (-1, kNever, when the cost can never
+//   be admitted), for an allowed one delay_us (its wait, delay.h; its retry is 0): one value
+//   fewer per check to parse. For one group the reply
 //   is {1 if admitted else 0, now_us, ...}.
 //
 // decide: each group decides its checks at the same now; if all allow, each changed state is
@@ -86,7 +87,7 @@ constexpr size_t kArgvCount = 3;          // mode, now, checks
 constexpr size_t kGroupBytes = 8;         // a group's number of checks
 constexpr size_t kCheckBytes = 8 * 12;    // algo .. weight_scale, cost, at, delay_level, max_delay_units
 constexpr size_t kReplyHead = 2;          // admitted, now_us
-constexpr size_t kReplyPerCheck = 5;      // allowed, remaining, reset_us, retry_after_us, delay_us
+constexpr size_t kReplyPerCheck = 4;      // allowed, remaining, reset_us, retry_after_us or delay_us
 
 inline size_t decide_reply_len(size_t nchecks) noexcept { return kReplyHead + kReplyPerCheck * nchecks; }
 
