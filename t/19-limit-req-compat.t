@@ -26,20 +26,27 @@ use IO::Select;
 use IO::Socket::INET;
 use Time::HiRes qw(sleep time);
 
-# The intended differences: each is asserted below (known_ok), and the end checks that each was.
+# The intended differences, each with why: each is asserted below (known_ok), and the end checks
+# that each was.
 my %KNOWN = (
-    status    => 'a rejection is 503 with limit_req (limit_req_status), 429 here (ratelimit_status)',
+    status    => 'a rejection is 503 with limit_req (limit_req_status), 429 here (ratelimit_status): '
+               . '429 is the status RFC 6585 gives to rate limiting; 503 would say the server is down',
     headers   => 'limit_req sends no rate-limit header; here RateLimit-Policy and RateLimit on limited '
-               . 'responses and Retry-After on every rejection',
-    defaults  => 'without nodelay or delay=, limit_req delays all excess (delay=0); here the default is nodelay',
-    close     => 'a client that closes its connection while delayed: limit_req keeps its unit, here it is given back',
+               . 'responses and Retry-After on every rejection: a client can tell when to come back',
+    defaults  => 'without nodelay or delay=, limit_req delays all excess (delay=0); here the default is '
+               . 'nodelay: it was the behaviour before delay= existed, existing configurations keep it',
+    close     => 'a client that closes its connection while delayed: limit_req keeps its unit, here it is '
+               . 'given back: the request was never served',
     precision => 'limit_req keeps a rate as whole 1/1000 requests per second: 2r/m is 0.033 r/s, one '
-               . 'request every 30.3 s; here exactly one every 30 s',
-    empty_key => '$limit_req_status is empty when the key is empty; $ratelimit_status is EXEMPT',
-    config    => 'limit_req refuses burst=0, delay=0 and rates in r/h; here all three are valid',
+               . 'request every 30.3 s; here exactly one every 30 s: the rate is kept as an exact fraction',
+    empty_key => '$limit_req_status is empty when the key is empty; $ratelimit_status is EXEMPT: an '
+               . 'exempted request is told apart from one no limit applies to',
+    config    => 'limit_req refuses burst=0, delay=0 and rates in r/h; here all three are valid: 0 is '
+               . 'written out as any other value, and rates run from r/s to r/d',
     log       => 'a rejection is logged with the excess there ("limiting requests, excess: 1.000 by zone"), '
                . 'with the wait here ("limiting request by zone ..., retry in 0.200s"); a delay is logged '
-               . 'alike, plus the wait here ("delaying request, excess: 1.000, by zone ..., delay 0.200s")',
+               . 'alike, plus the wait here ("delaying request, excess: 1.000, by zone ..., delay 0.200s"): '
+               . 'the wait is what a client sees',
 );
 my %asserted;
 sub known_ok {
