@@ -8,6 +8,7 @@
 
 #include "algo_test_util.h"
 #include "core/exact_math.h"
+#include "core/sync.h"
 
 namespace {
 
@@ -174,6 +175,22 @@ TEST(DelayWindows, NeverWait) {
         EXPECT_EQ(p.max_delay_units, rl::kNoDelay);
         Key k(p);
         EXPECT_EQ(delays_at_once(k, t0, 3), (std::vector<int64_t>{0, 0, -1})) << rl::algo_name(a);
+    }
+}
+
+// Sync zones' grants count units: a shaped policy grants as the same policy unshaped (its
+// max_delay would otherwise refuse units the bucket holds).
+TEST(DelaySync, GrantsAreUnshaped) {
+    rl::Policy shaped = policy(rl::Algo::gcra, 10, kSec, 9, 0, 150 * kMs);
+    rl::Policy plain = policy(rl::Algo::gcra, 10, kSec, 9);
+    Key k(plain);
+    for (int i = 0; i < 3; i++) ASSERT_TRUE(k.allowed(t0));
+    for (int64_t want : {1, 4, 7}) {
+        rl::Grant a = rl::grant(k.s, shaped, t0, want, 1, 1), b = rl::grant(k.s, plain, t0, want, 1, 1);
+        EXPECT_EQ(a.granted, b.granted) << want;
+        EXPECT_EQ(a.granted, want) << want;
+        EXPECT_EQ(a.decision.next, b.decision.next) << want;
+        EXPECT_EQ(a.decision.delay_us, 0) << want;
     }
 }
 

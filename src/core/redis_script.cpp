@@ -728,10 +728,11 @@ function(keys, argv)
     return with_level(algo, a, b, c, now, after, refill, depth)
   end
 
+  -- Unshaped (-1: no delay_level, no max_delay), as grant() decides.
   local function decide_any(algo, a, b, c, cost, req, per, burst, refill, tok, depth, wsc)
-    if algo == 0 then return decide_gcra(a, b, now, cost, burst, refill, tok, depth) end
-    if algo == 1 then return decide_token(a, b, c, now, cost, burst, refill, tok, depth) end
-    if algo == 2 then return decide_leaky(a, b, now, cost, burst, refill, tok, depth) end
+    if algo == 0 then return decide_gcra(a, b, now, cost, burst, refill, tok, depth, -1, -1) end
+    if algo == 1 then return decide_token(a, b, c, now, cost, burst, refill, tok, depth, -1, -1) end
+    if algo == 2 then return decide_leaky(a, b, now, cost, burst, refill, tok, depth, -1, -1) end
     if algo == 3 then return decide_sliding(a, b, c, now, cost, req, per, wsc) end
     return decide_fixed(a, b, now, cost, req, per)
   end
