@@ -1,0 +1,136 @@
+// The request path of sync zones (zone locked): optimistic zones decide on their view exactly as
+// shared-memory zones do and record what they admit as the key's unsent delta; lease zones spend
+// the units Redis granted the host, and wait for a grant when they run out.
+#include "sync.h"
+
+#include "core/refund.h"
+
+namespace {
+
+// While Redis is away, a lease host enforces its share of the limit: limit / hosts seen.
+rl::Policy fallback_policy(const rl::Policy& p, int64_t hosts) {
+    if (hosts <= 1) return p;
+    rl::Policy f = p;
+    f.requests = p.requests / hosts > 0 ? p.requests / hosts : 1;
+    f.burst = p.burst / hosts;
+    if (rl::finish_policy(f) != nullptr) return p;
+    return f;
+}
+
+// Where a window algorithm counts an admission: its window, or the view's if that is newer
+// (another host's clock ahead of this one's), as decide did.
+int64_t delta_time(const rl::Policy& p, int64_t at, const rl::State& view) {
+    return rl::is_bucket(p.algo) || view.a <= at ? at : view.a;
+}
+
+// Redis failed the last reconciliation, or has not answered one for two intervals (and a
+// timeout): decisions are local ones.
+bool unavailable(const rl_zone_t* zone) {
+    const rl_sync_shm_t* h = zone->sync_shm;
+    auto stale = static_cast<ngx_msec_t>(2 * zone->sync_us / 1000) + zone->redis->timeout + 100;
+    return h->down || static_cast<ngx_msec_int_t>(ngx_current_msec - h->last_ok) > static_cast<ngx_msec_int_t>(stale);
+}
+
+rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool down) {
+    const rl::Policy& p = res.applied->policy;
+    rl_sync_key_t* k = rl_sync_key(slot);
+    int64_t usable = rl::lease_usable(k->lease, p, now);
+    if ((res.sync & RL_SYNC_GRANTED) || usable >= res.cost) {  // granted for it, or in the lease
+        if (res.sync & RL_SYNC_GRANTED) usable += res.cost;
+        rl::Decision d = rl::decide(slot->state, p, now, 0);
+        d.allowed = true;
+        d.remaining = usable - res.cost;
+        d.retry_after_us = 0;
+        return d;
+    }
+    if (res.cost > p.capacity()) return rl::decide(rl::State{}, p, now, res.cost);  // never: no wait
+    if (down || (res.sync & RL_SYNC_FAILED)) {
+        res.sync |= RL_SYNC_LOCAL | RL_SYNC_ERROR;
+        rl::Decision d = rl::decide(k->fallback, fallback_policy(p, res.applied->zone->sync_shm->hosts), now, res.cost);
+        d.limit = p.requests;
+        return d;
+    }
+    rl::Decision d = rl::decide(slot->state, p, now, 0);
+    d.allowed = false;
+    d.remaining = usable;
+    if (!(res.sync & RL_SYNC_WAITED2) && k->retry_at <= now) {
+        res.sync |= RL_SYNC_WAIT;  // the access handler sends an ask and decides again
+        d.retry_after_us = 0;
+        return d;
+    }
+    // Redis said lately that no unit fits before retry_at (or it waited twice): rejected,
+    // without asking again (a hot key over its limit costs no round trip per request).
+    d.retry_after_us = k->retry_at > now ? k->retry_at - now : p.period_us / p.requests + 1;
+    return d;
+}
+
+}  // namespace
+
+rl::Decision rl_sync_decide(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
+    const rl_zone_t* zone = res.applied->zone;
+    res.sync &= ~(RL_SYNC_ERROR | RL_SYNC_WAIT | RL_SYNC_LOCAL);
+    bool down = unavailable(zone);
+    if (down) res.sync |= RL_SYNC_ERROR;
+    if (zone->sync_mode == RL_SYNC_LEASE) return lease_decide(res, slot, now, down);
+    return rl::decide(slot->state, res.applied->policy, now, res.cost);
+}
+
+void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
+    rl_zone_t* zone = res.applied->zone;
+    const rl::Policy& p = res.applied->policy;
+    rl_sync_key_t* k = rl_sync_key(slot);
+    if (res.cost <= 0) return;
+    k->burst = p.burst;
+    if (zone->sync_mode == RL_SYNC_LEASE && !(res.sync & RL_SYNC_LOCAL)) {
+        // Decided on lease_usable under this lock; units granted for this very request were
+        // consumed when Redis granted them.
+        if (!(res.sync & RL_SYNC_GRANTED)) rl::lease_take(k->lease, p, res.at, res.cost);
+        res.sync &= ~RL_SYNC_GRANTED;
+        k->spent += res.cost;
+        k->used_at = res.at;
+        // Less left than half an interval's use: more is asked for before it runs out.
+        int64_t use = k->rate > k->spent ? k->rate : k->spent;
+        if (res.decision.remaining * 2 < use) rl_sync_ask_ahead(zone, slot, &p, res.at);
+    } else {
+        // optimistic, or lease while Redis is away: Redis adds it at the next sync
+        rl::State& s = (res.sync & RL_SYNC_LOCAL) ? k->fallback : slot->state;
+        s = res.decision.next;
+        rl::delta_add(k->unsent, p, delta_time(p, res.at, s), res.cost);
+    }
+    rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));
+}
+
+void rl_sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
+    const rl::Policy& p = res.applied->policy;
+    rl_sync_key_t* k = rl_sync_key(slot);
+    if (res.applied->zone->sync_mode == RL_SYNC_LEASE && !(res.sync & RL_SYNC_LOCAL)) {
+        k->lease.units += res.cost;  // back on top of the lease: usable as far as it still holds
+        k->spent = k->spent > res.cost ? k->spent - res.cost : 0;
+        res.decision = rl::decide(slot->state, p, now, 0);
+        res.decision.remaining = rl::lease_usable(k->lease, p, now);
+        return;
+    }
+    // Taken back from the unsent delta too (a delta already sent stays counted in Redis: it
+    // errs on the side of limiting).
+    rl::State& s = (res.sync & RL_SYNC_LOCAL) ? k->fallback : slot->state;
+    rl::delta_add(k->unsent, p, delta_time(p, res.at, s), -res.cost);
+    rl::refund(s, nullptr, p, now, res.at, res.cost);
+    res.decision = rl::decide(s, p, now, 0);
+}
+
+void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept {
+    if (!(res.sync & RL_SYNC_GRANTED)) return;
+    rl_sync_key(slot)->lease.units += res.cost;  // usable as far as the lease still holds
+    res.sync &= ~RL_SYNC_GRANTED;
+}
+
+bool rl_sync_add_policy(rl_zone_t* zone, const rl::Policy& p) noexcept {
+    auto* have = static_cast<rl::Policy*>(zone->sync_policies->elts);
+    for (ngx_uint_t i = 0; i < zone->sync_policies->nelts; i++) {
+        if (have[i].algo == p.algo && have[i].burst == p.burst) return true;
+    }
+    auto* slot = static_cast<rl::Policy*>(ngx_array_push(zone->sync_policies));
+    if (slot == nullptr) return false;
+    *slot = p;
+    return true;
+}
