@@ -84,6 +84,12 @@
 # ways (2 rounds each, quiet machine, the .so of commit 70dd798): pinned gave the same or higher
 # req/s for the Redis rows (one key 0.74x plain pinned vs 0.63x unpinned; 1M keys 0.52x vs
 # 0.54x) and less spread.
+# Sync rows (sync-*): the zone decides every request in its shared memory (ZONE_SIZE) and
+# reconciles with Redis every 100ms (sync_mode=optimistic, or lease), each on a standalone
+# redis-server of its own (pinned as REDIS_CPU), so that the Redis commands and Redis CPU per
+# 1000 requests (INFO commandstats without INFO itself, INFO cpu used_cpu_sys + used_cpu_user,
+# read before and after the measured run) are the case's alone. A table after the main one puts
+# each beside gcra in shared memory and in Redis per request, same key kind, same run.
 # The cluster nodes are not pinned by default: pinned together to one CPU, 3 primaries could
 # only share the CPU 1 primary has, which rules out by construction what the cluster rows look
 # for (whether more primaries bring more throughput); unpinned they may spread over both CPUs.
