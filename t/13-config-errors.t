@@ -187,6 +187,49 @@ C
     ['ratelimit_status out of range', <<'C', qr/value must be between 400 and 599 in "ratelimit_status" directive/],
     ratelimit_status 200;   # BAD
 C
+    # sync=TIME, sync_mode= (issue 10)
+    ['sync without redis', <<'C', qr/"sync" needs "redis" in ratelimit zone "z".* in "ratelimit_zone" directive/],
+    ratelimit_zone z key=$arg_k rate=10r/s sync=100ms;   # BAD
+C
+    ['sync below 10ms', <<'C', qr/"sync=5ms" must be from 10ms to the period of ratelimit zone "z" \(1000 ms\) in "ratelimit_zone" directive/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k requests=10 period=1s redis=r sync=5ms;   # BAD
+C
+    ['sync above the period', <<'C', qr/"sync=2s" must be from 10ms to the period of ratelimit zone "z" \(1000 ms\)/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k requests=10 period=1s redis=r sync=2s;   # BAD
+C
+    ['sync not a time', <<'C', qr/invalid sync interval "sync=soon" in "ratelimit_zone" directive/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k rate=10r/s redis=r sync=soon;   # BAD
+C
+    ['sync_mode unknown', <<'C', qr/invalid sync_mode "eventual", it must be "optimistic" or "lease" in "ratelimit_zone" directive/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k rate=10r/s redis=r sync=100ms sync_mode=eventual;   # BAD
+C
+    ['sync_mode without sync', <<'C', qr/"sync_mode" needs "sync" in ratelimit zone "z"/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k rate=10r/s redis=r sync_mode=lease;   # BAD
+C
+    ['sync= twice', <<'C', qr/duplicate parameter "sync=" in "ratelimit_zone" directive/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k rate=10r/s redis=r sync=100ms sync=200ms;   # BAD
+C
+    ['sync with zone algo=log', <<'C', qr/the "log" algorithm cannot be synced \(ratelimit zone "z"\): it keeps every request's time, not counts that hosts can add; use "sliding" in "ratelimit_zone" directive/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k requests=10 period=1s algo=log redis=r sync=100ms;   # BAD
+C
+    ['sync zone under ratelimit_algo log', <<'C', qr/the "log" algorithm cannot be synced \(ratelimit zone "z"\).*use "sliding" in "ratelimit" directive in \S+:\d+/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k requests=10 period=1s redis=r sync=100ms sync_mode=lease;
+    server { listen 127.0.0.1:%%PORT%%;
+        location / {
+            ratelimit_algo log;
+            ratelimit zone=z;   # BAD
+            empty_gif;
+        }
+    }
+C
     ['ratelimit_on_error unknown', <<'C', qr/invalid value "maybe", it must be one of "allow", "deny", "local" in "ratelimit_on_error" directive/],
     ratelimit_on_error maybe;   # BAD
 C
@@ -208,6 +251,7 @@ for my $good (
     ['ratelimit_status 599', "$ok_zone\n    ratelimit_status 599;"],
     ['burst with bucket algos', 'ratelimit_zone a key=$arg_k rate=1r/s burst=5 algo=token; ratelimit_zone b key=$arg_k rate=1r/s burst=5 algo=leaky;'],
     ['same zone, window algo location, no burst', 'ratelimit_zone z key=$arg_k requests=5 period=1m; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit_algo sliding; ratelimit zone=z; empty_gif; } }'],
+    ['sync zones, both modes, 10ms and the period', 'ratelimit_redis r 127.0.0.1:6379; ratelimit_zone a key=$arg_k requests=5 period=1s redis=r sync=10ms; ratelimit_zone b key=$arg_k requests=5 period=1s redis=r sync=1s sync_mode=lease algo=sliding; ratelimit_zone c key=$arg_k rate=5r/s burst=9 redis=r sync=100ms sync_mode=optimistic; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit_algo token; ratelimit zone=a; ratelimit zone=b; ratelimit zone=c; empty_gif; } }'],
     ['log that fits', 'ratelimit_zone z key=$arg_k requests=1000 period=1h size=32k algo=log;'],
     ['quantity forms', "$ok_zone\n    server { listen 127.0.0.1:%%PORT%%; location /a { ratelimit zone=z quantity=0; empty_gif; } location /b { ratelimit zone=z quantity=5; empty_gif; } location /c { ratelimit zone=z quantity=\$arg_q; empty_gif; } }"],
 ) {

@@ -147,6 +147,13 @@ Slot* table_acquire(TableHeader* t, const KeyHash& hash, uint8_t algo, bool* fre
     return s;
 }
 
+Slot* table_slot(TableHeader* t, uint32_t ref) { return slot_at(t, ref); }
+
+uint32_t table_ref(const TableHeader* t, const Slot* s) {
+    const char* base = reinterpret_cast<const char*>(t) + slots_offset(t->nbuckets);
+    return static_cast<uint32_t>((reinterpret_cast<const char*>(s) - base) / t->slot_size) + 1;
+}
+
 uint32_t table_chain_length(TableHeader* t, const KeyHash& hash, uint8_t algo) {
     uint32_t n = 0;
     for (uint32_t ref = buckets(t)[bucket_of(t, hash, algo)]; ref; ref = slot_at(t, ref)->chain) n++;

@@ -63,6 +63,11 @@ uint32_t table_chain_length(TableHeader* t, const KeyHash& hash, uint8_t algo);
 // recently used slot when the table is full. Marks it most recently used. Never fails.
 Slot* table_acquire(TableHeader* t, const KeyHash& hash, uint8_t algo, bool* fresh);
 
+// Slots by reference (index + 1, 1 .. t->used): lists kept beside the table (the dirty keys of
+// a sync zone) name slots this way. A slot may since have been recycled for another key.
+Slot* table_slot(TableHeader* t, uint32_t ref);
+uint32_t table_ref(const TableHeader* t, const Slot* s);
+
 // The sliding log's ring that follows a slot (slot_size - sizeof(Slot) bytes).
 inline int64_t* slot_ring(Slot* s) { return reinterpret_cast<int64_t*>(s + 1); }
 

@@ -5,6 +5,7 @@
 
 #include "core/log_text.h"
 #include "core/rate.h"
+#include "sync.h"
 
 namespace {
 
@@ -19,6 +20,7 @@ void rl_ctx_cleanup(void* data) noexcept {
     if (ctx->wake.posted) {
         ngx_delete_posted_event(&ctx->wake);
     }
+    rl_sync_lease_cancel(ctx);
     rl_redis_abandon(ctx);
 }
 
@@ -113,8 +115,92 @@ void rl_wake(ngx_event_t* ev) noexcept {
 
 void rl_timeout(ngx_event_t* ev) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(ev->data);
+    if (ctx->lease_waits > 0 || ctx->lease.next != nullptr) {
+        rl_sync_lease_cancel(ctx);  // no grant in time: its lease limits fall back
+        rl_lease_finished(ctx);
+        return;
+    }
     rl_redis_timed_out(ctx);  // pending calls fail: on_error applies to their limits
     rl_redis_finished(ctx);
+}
+
+// Waits (without blocking) for Redis or for lease grants: the request resumes from rl_wake.
+ngx_int_t rl_wait(ngx_http_request_t* r, rl_ctx_t* ctx, ngx_msec_t timeout) {
+    ctx->phase = RL_PHASE_WAITING;
+    ctx->timer.handler = rl_timeout;
+    ctx->timer.data = ctx;
+    ctx->timer.log = r->connection->log;
+    ctx->wake.handler = rl_wake;
+    ctx->wake.data = ctx;
+    ctx->wake.log = r->connection->log;
+    ngx_add_timer(&ctx->timer, timeout);
+    r->read_event_handler = ngx_http_test_reading;  // notices a client that goes away
+    r->write_event_handler = ngx_http_request_empty_handler;
+    return NGX_AGAIN;
+}
+
+// Lease zones whose budget is empty (RL_SYNC_WAIT) wait for a grant, unless another limit
+// rejects the request anyway: those then report their state, as limits that allow do.
+bool lease_waits(rl_ctx_t* ctx) {
+    bool wait = false, rejected = false;
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        const rl_result_t& res = ctx->results[i];
+        if (res.sync & RL_SYNC_WAIT) {
+            wait = true;
+        } else if (res.store == RL_STORE_SHM && !res.decision.allowed) {
+            rejected = true;
+        }
+    }
+    if (!wait || !rejected) return wait;
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        if (!(res.sync & RL_SYNC_WAIT)) continue;
+        res.sync &= ~RL_SYNC_WAIT;
+        res.decision.allowed = true;
+    }
+    return false;
+}
+
+// Decides the shared-memory and sync limits, then sends the Redis ones (or waits for lease
+// grants first). Returns the verdict, or NGX_AGAIN while waiting.
+ngx_int_t rl_decide(ngx_http_request_t* r, rl_ctx_t* ctx, rl_loc_conf_t* lcf) {
+    // Shared memory first: a request it rejects costs no Redis round trip.
+    ngx_uint_t m = ctx->nresults;
+    rl_result_t** list = list_of(ctx);
+    ngx_uint_t nshm = select_results(ctx, RL_STORE_SHM, list);
+    bool shm_ok = nshm == 0 || rl_decide_all(list, nshm, scratch_of(ctx));
+    if (!shm_ok && lease_waits(ctx)) {
+        ngx_msec_t timeout = 0;
+        for (ngx_uint_t i = 0; i < m; i++) {
+            const rl_result_t& res = ctx->results[i];
+            if ((res.sync & RL_SYNC_WAIT) && res.applied->zone->redis->timeout > timeout) {
+                timeout = res.applied->zone->redis->timeout;
+            }
+        }
+        if (rl_sync_lease_wait(ctx)) return rl_wait(r, ctx, timeout);
+        for (ngx_uint_t i = 0; i < m; i++) {  // nothing could be asked: the fallback decides
+            if (ctx->results[i].sync & RL_SYNC_WAIT) ctx->results[i].sync |= RL_SYNC_WAITED | RL_SYNC_FAILED;
+        }
+        shm_ok = rl_decide_all(list, nshm, scratch_of(ctx));
+    }
+
+    bool has_redis = false;
+    for (ngx_uint_t i = 0; i < m; i++) has_redis = has_redis || ctx->results[i].store == RL_STORE_REDIS;
+    if (shm_ok && has_redis && rl_redis_start(ctx) > 0) {
+        ngx_msec_t timeout = 0;
+        for (ngx_uint_t i = 0; i < ctx->ncalls; i++) {
+            if (ctx->calls[i].redis->timeout > timeout) timeout = ctx->calls[i].redis->timeout;
+        }
+        return rl_wait(r, ctx, timeout);
+    }
+    if (!shm_ok) {
+        // Redis limits are not asked: the request is rejected anyway and must consume nothing.
+        for (ngx_uint_t i = 0; i < m; i++) {
+            if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_SKIPPED;
+        }
+    }
+    rl_finish(ctx, lcf);
+    return ctx->verdict;
 }
 
 }  // namespace
@@ -137,9 +223,10 @@ void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
     ngx_http_request_t* r = ctx->r;
     ngx_uint_t n = ctx->nresults;
     rl_result_t* res = ctx->results;
-    bool failed = false, rejected = false;
+    bool failed = false, rejected = false, sync_error = false;
     for (ngx_uint_t i = 0; i < n; i++) {
         failed = failed || res[i].store == RL_STORE_FAILED;
+        sync_error = sync_error || (res[i].sync & RL_SYNC_ERROR);
         rejected = rejected || (rl_decided(res[i]) && !res[i].decision.allowed);
     }
 
@@ -179,7 +266,7 @@ void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
         ctx->status = RL_STATUS_PASSED;
         if (denied && !lcf->dry_run) ctx->verdict = NGX_HTTP_SERVICE_UNAVAILABLE;
     }
-    if (failed) ctx->status = RL_STATUS_ERROR;
+    if (failed || sync_error) ctx->status = RL_STATUS_ERROR;
     rl_metrics_count_results(ctx, lcf);
 }
 
@@ -193,6 +280,13 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         if (ctx->phase == RL_PHASE_DECIDED) {
             ctx->phase = RL_PHASE_RETURNED;
             return ctx->verdict;
+        }
+        if (ctx->phase == RL_PHASE_LEASED) {
+            ctx->phase = RL_PHASE_RETURNED;
+            ngx_int_t rc = rl_decide(r, ctx, lcf);
+            if (rc == NGX_AGAIN) return rc;
+            ctx->phase = RL_PHASE_RETURNED;
+            return rc;
         }
         return NGX_DECLINED;  // counted once, not again after a redirect
     }
@@ -218,7 +312,6 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
 
     auto* applied = static_cast<rl_applied_t*>(lcf->applied->elts);
     ngx_uint_t m = 0;
-    bool has_redis = false;
     for (ngx_uint_t i = 0; i < n; i++) {
         ngx_str_t key;
         if (ngx_http_complex_value(r, &applied[i].zone->key, &key) != NGX_OK) return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -232,8 +325,8 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         res.applied = &applied[i];
         res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
         res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
-        res.store = applied[i].zone->redis ? RL_STORE_REDIS : RL_STORE_SHM;
-        has_redis = has_redis || applied[i].zone->redis;
+        // sync zones decide in shared memory: their Redis work is the engine's (sync.cpp)
+        res.store = applied[i].zone->redis && applied[i].zone->sync_mode == RL_SYNC_OFF ? RL_STORE_REDIS : RL_STORE_SHM;
     }
     ctx->nresults = m;
     if (m == 0) {
@@ -241,36 +334,7 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         return NGX_DECLINED;
     }
 
-    // Shared memory first: a request it rejects costs no Redis round trip.
-    rl_result_t** list = list_of(ctx);
-    ngx_uint_t nshm = select_results(ctx, RL_STORE_SHM, list);
-    bool shm_ok = nshm == 0 || rl_decide_all(list, nshm, scratch_of(ctx));
-
-    if (shm_ok && has_redis && rl_redis_start(ctx) > 0) {
-        ctx->phase = RL_PHASE_WAITING;
-        ctx->timer.handler = rl_timeout;
-        ctx->timer.data = ctx;
-        ctx->timer.log = r->connection->log;
-        ctx->wake.handler = rl_wake;
-        ctx->wake.data = ctx;
-        ctx->wake.log = r->connection->log;
-        ngx_msec_t timeout = 0;
-        for (ngx_uint_t i = 0; i < ctx->ncalls; i++) {
-            if (ctx->calls[i].redis->timeout > timeout) timeout = ctx->calls[i].redis->timeout;
-        }
-        ngx_add_timer(&ctx->timer, timeout);
-        r->read_event_handler = ngx_http_test_reading;  // notices a client that goes away
-        r->write_event_handler = ngx_http_request_empty_handler;
-        return NGX_AGAIN;
-    }
-    if (!shm_ok) {
-        // Redis limits are not asked: the request is rejected anyway and must consume nothing.
-        for (ngx_uint_t i = 0; i < m; i++) {
-            if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_SKIPPED;
-        }
-    }
-    rl_finish(ctx, lcf);
-    return ctx->verdict;
+    return rl_decide(r, ctx, lcf);
 }
 
 // Called by redis_request.cpp when the last call of a waiting request has an outcome.
@@ -282,4 +346,19 @@ void rl_redis_finished(rl_ctx_t* ctx) noexcept {
     rl_finish(ctx, lcf);
     ctx->phase = RL_PHASE_DECIDED;
     ngx_post_event(&ctx->wake, &ngx_posted_events);
+}
+
+// Called by sync.cpp when the lease asks a request waited for have an outcome (or by its timeout).
+void rl_lease_finished(rl_ctx_t* ctx) noexcept {
+    if (ctx->timer.timer_set) {
+        ngx_del_timer(&ctx->timer);
+    }
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        if (res.sync & RL_SYNC_WAIT) res.sync = static_cast<uint8_t>((res.sync & ~RL_SYNC_WAIT) | RL_SYNC_WAITED | RL_SYNC_FAILED);
+    }
+    ctx->phase = RL_PHASE_LEASED;
+    if (!ctx->wake.posted) {
+        ngx_post_event(&ctx->wake, &ngx_posted_events);
+    }
 }

@@ -4,6 +4,7 @@
 
 #include "core/metrics_format.h"
 #include "ratelimit.h"
+#include "sync.h"
 
 #include <ctime>
 
@@ -106,6 +107,9 @@ struct zone_snapshot_t {
     std::string_view name;
     uint64_t requests[RL_RESULT_N];
     uint64_t keys, capacity, evictions;
+    bool sync;  // sync=TIME: its reconciliation's counters (kept in the zone's sync header)
+    uint64_t sync_rounds, sync_keys, sync_failures;
+    int64_t sync_hosts;
 };
 
 struct redis_snapshot_t {
@@ -149,6 +153,13 @@ bool take_snapshot(ngx_http_request_t* r, rl_main_conf_t* mcf, snapshot_t* s) {
         z.keys = zone->table->used;
         z.capacity = zone->table->nslots;
         z.evictions = zone->table->evictions;
+        if (const rl_sync_shm_t* h = zone->sync_shm) {
+            z.sync = true;
+            z.sync_rounds = h->rounds;
+            z.sync_keys = h->keys_sent;
+            z.sync_failures = h->failures;
+            z.sync_hosts = h->hosts;
+        }
         ngx_shmtx_unlock(&zone->shpool->mutex);
     }
     auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);
@@ -179,6 +190,32 @@ void per_name(rl::MetricsWriter& w, const char* name, const char* label, const T
     }
 }
 
+// sync=TIME zones only: one family each, a sample per sync zone.
+template <typename F>
+void per_sync_zone(rl::MetricsWriter& w, const char* name, const char* help, const char* type, const snapshot_t& s,
+                   F value) {
+    bool any = false;
+    for (ngx_uint_t i = 0; i < s.nzones; i++) any = any || s.zones[i].sync;
+    if (!any) return;
+    w.family(name, help, type);
+    for (ngx_uint_t i = 0; i < s.nzones; i++) {
+        if (!s.zones[i].sync) continue;
+        rl::MetricLabel l{"zone", s.zones[i].name};
+        w.sample(name, &l, 1, value(s.zones[i]));
+    }
+}
+
+void write_sync(rl::MetricsWriter& w, const snapshot_t& s) {
+    per_sync_zone(w, "nginx_ratelimit_sync_rounds_total", "Reconciliations of sync zones with Redis (one per "
+                  "interval per host).", "counter", s, [](const zone_snapshot_t& z) { return z.sync_rounds; });
+    per_sync_zone(w, "nginx_ratelimit_sync_keys_total", "Keys sent to Redis by those reconciliations and by lease "
+                  "asks.", "counter", s, [](const zone_snapshot_t& z) { return z.sync_keys; });
+    per_sync_zone(w, "nginx_ratelimit_sync_failures_total", "Reconciliations or lease asks that failed (their keys "
+                  "are sent again).", "counter", s, [](const zone_snapshot_t& z) { return z.sync_failures; });
+    per_sync_zone(w, "nginx_ratelimit_sync_hosts", "Hosts that reconciled the zone recently, as Redis counts them.",
+                  "gauge", s, [](const zone_snapshot_t& z) { return z.sync_hosts; });
+}
+
 void write_zones(rl::MetricsWriter& w, const snapshot_t& s) {
     if (s.nzones == 0) return;
     w.family("nginx_ratelimit_requests_total",
@@ -198,6 +235,7 @@ void write_zones(rl::MetricsWriter& w, const snapshot_t& s) {
              "counter");
     per_name(w, "nginx_ratelimit_zone_evictions_total", "zone", s.zones, s.nzones,
              [](const zone_snapshot_t& z) { return z.evictions; });
+    write_sync(w, s);
 }
 
 void write_redis(rl::MetricsWriter& w, const snapshot_t& s) {

@@ -1,5 +1,6 @@
 // Module definition: directives, configuration create/merge, phase and filter registration.
 #include "ratelimit.h"
+#include "sync.h"
 
 #include "core/headers.h"
 #include "core/rate.h"
@@ -286,7 +287,14 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
             rl_limit_error(cf, l, "%V in ratelimit zone \"%V\" in \"ratelimit\" directive in %s:%ui", zone, why);
             return false;
         }
+        if (p.algo == rl::Algo::log && zone->sync_mode != RL_SYNC_OFF) {
+            rl_limit_error(cf, l, "the \"log\" algorithm cannot be synced (ratelimit zone \"%V\"): it keeps every "
+                           "request's time, not counts that hosts can add; use \"sliding\" in \"ratelimit\" "
+                           "directive in %s:%ui", nullptr, nullptr);
+            return false;
+        }
         if (p.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, p, &l)) return false;
+        if (zone->sync_mode != RL_SYNC_OFF && !rl_sync_add_policy(zone, p)) return false;
         auto* a = static_cast<rl_applied_t*>(ngx_array_push(conf->applied));
         if (a == nullptr) return false;
         a->zone = zone;
@@ -323,8 +331,15 @@ ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept {
     return rl_header_filter_init(cf);
 }
 
-ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept { return rl_redis_init_process(cycle); }
-void rl_exit_process(ngx_cycle_t* cycle) noexcept { rl_redis_exit_process(cycle); }
+ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept {
+    if (rl_redis_init_process(cycle) != NGX_OK) return NGX_ERROR;
+    return rl_sync_init_process(cycle);
+}
+
+void rl_exit_process(ngx_cycle_t* cycle) noexcept {
+    rl_sync_exit_process(cycle);
+    rl_redis_exit_process(cycle);
+}
 
 }  // namespace
 

@@ -50,6 +50,12 @@ struct rl_zone_t {
     rl::TableHeader* table;
     time_t quantity_warned;      // an invalid quantity is logged once a second (per worker)
     rl_metrics_zone_t* metrics;  // its counters (metrics.cpp), or nullptr
+    // sync=TIME (sync.h): decided in shared memory, reconciled with Redis every sync_us
+    int64_t sync_us;             // 0: no sync (with redis=, a round trip per request)
+    uint8_t sync_mode;           // rl_sync_mode_e
+    ngx_array_t* sync_policies;  // of rl::Policy: every policy it is applied with (the engine's)
+    struct rl_sync_shm_t* sync_shm;  // in the zone's block, before the table
+    struct rl_sync_zone_t* sync;     // the worker's engine state (sync.cpp)
 };
 
 // One `ratelimit` line as written.
@@ -115,6 +121,15 @@ struct rl_result_t {
     rl::Decision decision;
     rl_store_e store;
     bool consumed;       // its admission was committed: refund it if the request is rejected
+    uint8_t sync;        // RL_SYNC_* flags of a sync zone's result
+};
+
+enum {
+    RL_SYNC_ERROR = 1,    // decided while the zone's last reconciliation failed ($ratelimit_status ERROR)
+    RL_SYNC_WAIT = 2,     // lease: its budget is empty, the request waits for a grant
+    RL_SYNC_WAITED = 4,   // lease: it waited once already: decided on what came
+    RL_SYNC_FAILED = 8,   // lease: the grant did not come: decided on the local fallback
+    RL_SYNC_LOCAL = 16,   // lease: decided on the local fallback (limit / hosts)
 };
 
 struct rl_ctx_t;
@@ -157,6 +172,7 @@ enum rl_phase_e : uint8_t {
     RL_PHASE_WAITING = 0,  // Redis calls in flight
     RL_PHASE_DECIDED,      // decided after waiting: the access handler returns the verdict
     RL_PHASE_RETURNED,     // verdict returned; later passes (internal redirects) are not counted
+    RL_PHASE_LEASED,       // a lease wait ended: the access handler decides again
 };
 
 // What the module decided for a main request; survives internal redirects.
@@ -178,6 +194,8 @@ struct rl_ctx_t {
     ngx_uint_t waiting;    // calls still in flight
     ngx_event_t timer;     // the Redis timeout
     ngx_event_t wake;      // posted: resume the request's phases
+    ngx_queue_t lease;     // sync.cpp: in its zone's waiting requests (lease_waits > 0)
+    ngx_uint_t lease_waits;  // lease grants it waits for
 };
 
 // access.cpp
@@ -202,6 +220,8 @@ void rl_redis_timed_out(rl_ctx_t* ctx) noexcept;
 void rl_redis_forget(rl_ctx_t* ctx) noexcept;
 // access.cpp: the last call of a waiting request has an outcome; resumes the request.
 void rl_redis_finished(rl_ctx_t* ctx) noexcept;
+// access.cpp: the lease grants a request waited for came (or did not): it is decided again.
+void rl_lease_finished(rl_ctx_t* ctx) noexcept;
 
 // zone.cpp
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;

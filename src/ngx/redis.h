@@ -6,6 +6,8 @@
 #include "ngx_include.h"
 #include "redis_conn.h"
 
+#include "core/redis_command.h"
+
 struct rl_redis_t;
 
 // One server of a ratelimit_redis, in a worker.
@@ -66,3 +68,13 @@ rl_redis_node_t* rl_redis_node_create(rl_redis_t* redis, const ngx_addr_t& addr)
 // batches; a failed connection fails them.
 void rl_redis_fill(rl_conn_t* conn) noexcept;
 void rl_redis_failed(rl_conn_t* conn) noexcept;
+// What the sync engine (sync.cpp) shares with the request path: sending on a node within
+// max_pending, how the node runs the Lua, the scratch buffer (valid until the next call),
+// error replies, reloading the Lua after NOSCRIPT, and the sanitized, rate-limited log.
+rl_conn_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_conn_reply_pt done,
+                            void* data) noexcept;
+rl::CommandScript rl_redis_script(const rl_redis_node_t* node) noexcept;
+void* rl_redis_scratch(rl_redis_t* redis, size_t bytes) noexcept;
+bool rl_redis_error_is(const redisReply* reply, const char* prefix) noexcept;
+void rl_redis_reload_code(rl_redis_node_t* node) noexcept;
+void rl_redis_log_reply(rl_redis_t* redis, rl_redis_node_t* node, const char* what, const redisReply* reply) noexcept;

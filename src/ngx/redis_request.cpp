@@ -537,3 +537,21 @@ void rl_redis_refund(rl_ctx_t* ctx) noexcept {
 void rl_redis_forget(rl_ctx_t* ctx) noexcept {
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) ctx->calls[k].batch = nullptr;
 }
+
+// For the sync engine (sync.cpp), which sends its own commands on the same nodes.
+rl_conn_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_conn_reply_pt done,
+                            void* data) noexcept {
+    return send_command(node, cmd, len, done, data, 1);
+}
+
+rl::CommandScript rl_redis_script(const rl_redis_node_t* node) noexcept { return script_of(node); }
+
+void* rl_redis_scratch(rl_redis_t* redis, size_t bytes) noexcept { return scratch(redis, bytes); }
+
+bool rl_redis_error_is(const redisReply* reply, const char* prefix) noexcept { return is_error(reply, prefix); }
+
+void rl_redis_reload_code(rl_redis_node_t* node) noexcept { reload_code(node); }
+
+void rl_redis_log_reply(rl_redis_t* redis, rl_redis_node_t* node, const char* what, const redisReply* reply) noexcept {
+    log_reply(redis, node, what, reply);
+}

@@ -5,6 +5,7 @@
 #include "core/rate.h"
 #include "core/redis_command.h"
 #include "core/refund.h"
+#include "sync.h"
 
 #include <sys/random.h>
 
@@ -20,6 +21,7 @@ size_t usable_bytes(size_t zone_size) {
 }
 
 uint32_t zone_slot_size(const rl_zone_t* zone) {
+    if (zone->sync_mode != RL_SYNC_OFF) return rl::slot_size_for(sizeof(rl_sync_key_t));  // never the log
     rl::Policy p = zone->policy;
     p.algo = rl::Algo::log;
     return rl::slot_size_for(zone->uses_log ? rl::ring_bytes(p) : 0);
@@ -41,6 +43,24 @@ uint64_t table_secret(ngx_log_t* log) {
     return secret;
 }
 
+// A sync zone's block starts with its sync header and lists (sync.h), sized for every slot
+// the whole block could hold; the table takes the rest.
+size_t sync_area(const rl_zone_t* zone, size_t block_bytes, uint32_t slot_size, uint32_t* cap) {
+    *cap = 0;
+    if (zone->sync_mode == RL_SYNC_OFF) return 0;
+    *cap = rl::table_capacity(block_bytes, slot_size);
+    size_t area = rl_sync_area_bytes(*cap);
+    return area < block_bytes ? area : block_bytes;
+}
+
+// Whether what a reload found can be kept: the same layout, sync or not.
+bool zone_compatible(const rl_zone_t* zone, const rl_zone_t* old, uint32_t slot_size, size_t area, uint32_t cap) {
+    if (!rl::table_compatible(old->table, slot_size)) return false;
+    if (reinterpret_cast<u_char*>(old->table) != static_cast<u_char*>(zone->block) + area) return false;
+    if (zone->sync_mode == RL_SYNC_OFF) return old->sync_shm == nullptr;
+    return old->sync_shm == zone->block && rl_sync_compatible(old->sync_shm, cap) && old->table->nslots <= cap;
+}
+
 ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     auto* zone = static_cast<rl_zone_t*>(shm_zone->data);
     auto* old = static_cast<rl_zone_t*>(data);
@@ -50,13 +70,16 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         zone->shpool = old->shpool;
         zone->block = old->block;
         zone->block_bytes = old->block_bytes;
-        if (rl::table_compatible(old->table, slot_size)) {
+        uint32_t cap;
+        size_t area = sync_area(zone, zone->block_bytes, slot_size, &cap);
+        if (zone_compatible(zone, old, slot_size, area, cap)) {
             zone->table = old->table;
+            zone->sync_shm = old->sync_shm;  // the view, the unsent deltas and the leases carry on
             return NGX_OK;
         }
         ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
-                      "ratelimit zone \"%V\": its table's layout changed (sliding log use, or a new version of "
-                      "the module), its state is reset", &zone->name);
+                      "ratelimit zone \"%V\": its table's layout changed (sliding log use, sync, or a new version "
+                      "of the module), its state is reset", &zone->name);
     } else {
         zone->shpool = reinterpret_cast<ngx_slab_pool_t*>(shm_zone->shm.addr);
         if (shm_zone->shm.exists) {
@@ -78,8 +101,15 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     }
 
     uint64_t secret = table_secret(shm_zone->shm.log);
+    uint32_t cap;
+    size_t area = sync_area(zone, zone->block_bytes, slot_size, &cap);
     ngx_shmtx_lock(&zone->shpool->mutex);
-    zone->table = rl::table_format(zone->block, zone->block_bytes, slot_size, secret);
+    zone->sync_shm = nullptr;
+    zone->table = rl::table_format(static_cast<u_char*>(zone->block) + area, zone->block_bytes - area, slot_size, secret);
+    if (zone->table != nullptr && area > 0) {
+        zone->sync_shm = static_cast<rl_sync_shm_t*>(zone->block);
+        rl_sync_format(zone->sync_shm, cap, shm_zone->shm.log);
+    }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     if (zone->table == nullptr) {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
@@ -91,9 +121,37 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     return NGX_OK;
 }
 
+constexpr int64_t kMinSyncUs = 10000;
+
+// sync= and sync_mode= of a zone, once its other parameters are read.
+bool check_sync(ngx_conf_t* cf, rl_zone_t* zone, const ngx_str_t& sync_arg, bool mode_set) {
+    if (zone->sync_us == 0) {
+        if (mode_set) rl_conf_error(cf, "\"sync_mode\" needs \"sync\" in ratelimit zone \"%V\"", &zone->name);
+        return !mode_set;
+    }
+    if (zone->redis_name.len == 0) {
+        rl_conf_error(cf, "\"sync\" needs \"redis\" in ratelimit zone \"%V\": it reconciles with Redis", &zone->name);
+        return false;
+    }
+    if (zone->sync_us < kMinSyncUs || zone->sync_us > zone->policy.period_us) {
+        rl_conf_error(cf, "\"%V\" must be from 10ms to the period of ratelimit zone \"%V\" (%L ms)", &sync_arg,
+                      &zone->name, zone->policy.period_us / 1000);
+        return false;
+    }
+    if (zone->algo_set && zone->policy.algo == rl::Algo::log) {
+        rl_conf_error(cf, "the \"log\" algorithm cannot be synced (ratelimit zone \"%V\"): it keeps every "
+                      "request's time, not counts that hosts can add; use \"sliding\"", &zone->name);
+        return false;
+    }
+    if (!mode_set) zone->sync_mode = RL_SYNC_OPTIMISTIC;
+    zone->sync_policies = ngx_array_create(cf->pool, 2, sizeof(rl::Policy));
+    return zone->sync_policies != nullptr;
+}
+
 }  // namespace
 
 // ratelimit_zone NAME key=STRING (rate=R | requests=N period=T) [burst=N] [size=S] [algo=A]
+//                [redis=NAME [sync=TIME [sync_mode=optimistic|lease]]]
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* mcf = static_cast<rl_main_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
@@ -121,6 +179,8 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 
     bool have_key = false, have_rate = false, have_requests = false, have_period = false;
     size_t size = kDefaultZoneSize;
+    ngx_str_t sync_arg = ngx_null_string;
+    bool mode_set = false;
 
     for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
         ngx_str_t& a = args[i];
@@ -173,6 +233,22 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                 rl_conf_error(cf, "invalid parameter \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
+        } else if (rl_arg(a, "sync=", v)) {
+            if (!rl::parse_duration(rl_sv(v), zone->sync_us) || zone->sync_us <= 0) {
+                rl_conf_error(cf, "invalid sync interval \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            sync_arg = a;
+        } else if (rl_arg(a, "sync_mode=", v)) {
+            if (rl_sv(v) == "optimistic") {
+                zone->sync_mode = RL_SYNC_OPTIMISTIC;
+            } else if (rl_sv(v) == "lease") {
+                zone->sync_mode = RL_SYNC_LEASE;
+            } else {
+                rl_conf_error(cf, "invalid sync_mode \"%V\", it must be \"optimistic\" or \"lease\"", &v);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            mode_set = true;
         } else if (rl_arg(a, "algo=", v)) {
             if (!rl::parse_algo(rl_sv(v), zone->policy.algo)) {
                 rl_conf_error(cf, "invalid algorithm \"%V\"", &v);
@@ -208,6 +284,8 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         rl_conf_error(cf, "ratelimit zone \"%V\": %s", &zone->name, why);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
+
+    if (!check_sync(cf, zone, sync_arg, mode_set)) return static_cast<char*>(NGX_CONF_ERROR);
 
     ngx_shm_zone_t* shm_zone = ngx_shared_memory_add(cf, &zone->name, size, &ngx_http_ratelimit_module);
     if (shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
@@ -288,6 +366,7 @@ rl::Slot* slot_of(const rl_result_t& res) {
     if (policy.algo == rl::Algo::log && static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
         return nullptr;
     }
+    if (res.applied->zone->sync_shm && table->slot_size < rl::slot_size_for(sizeof(rl_sync_key_t))) return nullptr;
     return rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
 }
 
@@ -307,7 +386,8 @@ bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
     bool all_allowed = true;
     for (ngx_uint_t i = 0; i < n; i++) {
         rl_result_t& res = *results[i];
-        res.at = now;
+        const rl_zone_t* zone = res.applied->zone;
+        res.at = zone->sync_shm ? rl_sync_now(zone, now) : now;
         slots[i] = slot_of(res);
         if (slots[i] == nullptr) {
             res.decision = rl::Decision{};
@@ -315,7 +395,11 @@ bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
             res.decision.limit = res.applied->policy.requests;
             continue;
         }
-        res.decision = rl::decide(slots[i]->state, res.applied->policy, now, res.cost, ring_of(res, slots[i]));
+        if (zone->sync_shm) {
+            res.decision = rl_sync_decide(res, slots[i], res.at);
+        } else {
+            res.decision = rl::decide(slots[i]->state, res.applied->policy, now, res.cost, ring_of(res, slots[i]));
+        }
         all_allowed = all_allowed && res.decision.allowed;
     }
     for (ngx_uint_t i = 0; i < n; i++) {
@@ -324,14 +408,18 @@ bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
         if (!all_allowed) {
             // Nothing is consumed: the limits that would have allowed report their untouched state.
             if (res.decision.allowed) {
-                res.decision = rl::decide(slots[i]->state, res.applied->policy, now, 0, ring_of(res, slots[i]));
+                res.decision = rl::decide(slots[i]->state, res.applied->policy, res.at, 0, ring_of(res, slots[i]));
             }
             continue;
         }
-        if (res.applied->policy.algo == rl::Algo::log) {
-            rl::commit_log(res.decision, rl::slot_ring(slots[i]), res.applied->policy, res.cost);
+        if (res.applied->zone->sync_shm) {
+            rl_sync_commit(res, slots[i]);
+        } else {
+            if (res.applied->policy.algo == rl::Algo::log) {
+                rl::commit_log(res.decision, rl::slot_ring(slots[i]), res.applied->policy, res.cost);
+            }
+            slots[i]->state = res.decision.next;
         }
-        slots[i]->state = res.decision.next;
         res.consumed = res.cost > 0;
     }
     unlock_zones(locks, nlocks);
@@ -346,7 +434,10 @@ void rl_refund_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
         rl_result_t& res = *results[i];
         if (!res.consumed) continue;
         rl::Slot* slot = slot_of(res);
-        if (slot != nullptr) {
+        const rl_zone_t* zone = res.applied->zone;
+        if (slot != nullptr && zone->sync_shm) {
+            rl_sync_refund(res, slot, rl_sync_now(zone, now));
+        } else if (slot != nullptr) {
             rl::refund(slot->state, ring_of(res, slot), res.applied->policy, now, res.at, res.cost);
             // Headers report the state after the refund, as when shared memory alone rejects.
             res.decision = rl::decide(slot->state, res.applied->policy, now, 0, ring_of(res, slot));
