@@ -35,7 +35,7 @@ for my $m (@modes) {
     zone(name => "n_${m}_gcra",    algo => 'gcra',    mode => $m, requests => 10,   period => 3600, burst => 999);
     zone(name => "n_${m}_fixed",   algo => 'fixed',   mode => $m, requests => 1000, period => $day);
     zone(name => "n_${m}_sliding", algo => 'sliding', mode => $m, requests => 1000, period => $day);
-    zone(name => "h_$m", algo => 'gcra', mode => $m, requests => 20, period => 1, burst => 9);
+    zone(name => "h_$m", algo => 'gcra', mode => $m, requests => 5, period => 1, burst => 19);
     zone(name => "s_$m", algo => 'fixed', mode => $m, requests => 1000, period => $day, sync => 10);
 }
 
