@@ -100,8 +100,8 @@ for my $m (@modes) {
 # ---------------------------------------------------------------- graceful stop
 for my $m (@modes) {
     my $z = $Z{"s_$m"};
-    my $r = run_clients($n2->port, sub { "/$z->{name}?k=" . $_[1] }, 3, 10, keepalive => 0);
-    is($r->{200} // 0, 30, "stop, $m: 30 admitted on host 2, over 10 keys");
+    my $r = run_clients($n2->port, sub { "/$z->{name}?k=" . $_[1] }, 3, 10, keepalive => 0, record => 'X-Status');
+    is($r->{200} // 0, 30, "stop, $m: 30 admitted on host 2, over 10 keys") or diag(explain $r);
     note("stop, $m: before the stop the states hold " . zone_count($c, $z) . ' (sync=10s)');
 }
 $n2->stop;
