@@ -4,6 +4,7 @@
 #    exactly N once they are quiet, for the five algorithms in both modes (lease: unspent units
 #    given back).
 #  - Lease: requests on fresh keys, concurrent on every worker, far below the limit: all admitted.
+#  - One host alone at 80% of the limit: a sync zone admits what shared memory admits.
 #  - A hot key hammered from both hosts for many intervals: lease admits at most what one exact
 #    limiter admits over the span; optimistic stays within its bound (buckets: hammered;
 #    windows, whose bound per window is H times the limit whatever the hosts do, paced so that
@@ -64,9 +65,14 @@ for my $m (@modes) {
         sync => 10);                                                                                # stop
 }
 zone(name => 'conv', algo => 'fixed', requests => 1000, period => $day, sync => 0.2);  # default mode
+# one host alone at 80% of a limit whose interval refills more than its burst (r T = 10 > 5)
+zone(name => "u_$_", algo => 'gcra', mode => $_, requests => 100, period => 1, burst => 4) for @modes;
 
 my $zone_lines = join '', map { '    ' . zone_line($_, 'r') . "\n" } @zones;
 my $locations  = join '', map { "        location = /$_->{name} { ratelimit zone=$_->{name}; empty_gif; }\n" } @zones;
+# the same limit in shared memory only: the control of the one-host case
+$zone_lines .= "    ratelimit_zone u_shm key=\$arg_k requests=100 period=1s burst=4;\n";
+$locations  .= "        location = /u_shm { ratelimit zone=u_shm; empty_gif; }\n";
 my $http = <<"EOF2";
     ratelimit_redis r 127.0.0.1:$rp timeout=500ms;
 $zone_lines
@@ -150,6 +156,24 @@ sub statuses_ok {
         $tot += 80;
     }
     is($ok, $tot, "lease: all $tot requests on fresh keys admitted, far below the limit");
+}
+
+# ---------------------------------------------------------------- one host below the limit
+# 80 requests/s from one host to a 100 r/s limit (burst 4), sync=100ms: a sync zone admits
+# what the same limit in shared memory admits (all, unless the machine bunches the requests:
+# the control says), in both modes. Its own interval's delta (8 units, more than the bucket
+# holds) must not make the host reject its own traffic after each sync.
+{
+    my %got;
+    for my $z (qw(u_shm u_optimistic u_lease)) {
+        my $r = paced([$n1->port], "/$z?k=one", rate => 40, seconds => 2, clients => 2);
+        $got{$z} = $r->{200} // 0;
+    }
+    note("one host at 80% of the limit, admitted of 160: " . join(', ', map { "$_ $got{$_}" } sort keys %got));
+    cmp_ok($got{u_shm}, '>=', 150, 'one host below the limit: the shared-memory control admits (nearly) all');
+    for my $m (@modes) {
+        cmp_ok($got{"u_$m"}, '>=', $got{u_shm} - 2, "one host below the limit, $m: admitted as in shared memory");
+    }
 }
 
 # ---------------------------------------------------------------- hot key
