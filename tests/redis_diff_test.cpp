@@ -26,7 +26,7 @@
 #include "core/redis_keys.h"
 #include "core/redis_script.h"
 #include "core/refund.h"
-#include "redis_test_server.h"
+#include "redis_lua_server.h"
 
 namespace rl {
 
@@ -197,18 +197,7 @@ struct Counts {
 class RedisLua : public ::testing::Test {
   protected:
     void SetUp() override {
-        server_ = std::make_unique<rltest::RedisServer>();
-        ASSERT_TRUE(server_->ready()) << server_->error();
-        conn_ = server_->connect();
-        ASSERT_TRUE(conn_ && conn_->err == 0);
-        for (bool injected : {false, true}) {
-            Reply r = rltest::command(conn_.get(), {"SCRIPT", "LOAD", std::string(rl::script_text(injected))});
-            ASSERT_TRUE(r && r->type == REDIS_REPLY_STRING) << (r ? r->str : "no reply");
-            ASSERT_EQ(std::string(r->str), rl::script_sha1(injected)) << "script_sha1 differs from SCRIPT LOAD";
-            r = rltest::command(conn_.get(), {"FUNCTION", "LOAD", "REPLACE", std::string(rl::function_library_text(injected))});
-            ASSERT_TRUE(r && r->type == REDIS_REPLY_STRING) << (r ? r->str : "no reply");
-            ASSERT_EQ(std::string(r->str), rl::function_name(injected)) << "the library's name is its function's";
-        }
+        ASSERT_NO_FATAL_FAILURE(rltest::start_lua_server(server_, conn_));
     }
 
     void TearDown() override {

@@ -5,112 +5,13 @@
 
 #include "redis_keys.h"
 #include "redis_script.h"
+#include "resp_writer.h"
 #include "sha1.h"
 
 namespace rl {
 
-namespace {
-
-// Writes RESP into buf, or only counts the bytes when buf is null: one code path measures
-// and writes, so the two passes cannot disagree.
-class Resp {
-  public:
-    explicit Resp(char* buf) : buf_(buf) {}
-
-    size_t size() const { return len_; }
-
-    void array(size_t n) {
-        raw("*", 1);
-        digits(n);
-        raw("\r\n", 2);
-    }
-
-    void bulk(std::string_view s) {
-        bulk_head(s.size());
-        raw(s.data(), s.size());
-        raw("\r\n", 2);
-    }
-
-    void bulk_int(int64_t v) {
-        char tmp[20];
-        uint64_t u = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
-        size_t n = 0;
-        do {
-            tmp[sizeof tmp - 1 - n++] = static_cast<char>('0' + u % 10);
-            u /= 10;
-        } while (u > 0);
-        bulk_head(n + (v < 0));
-        if (v < 0) raw("-", 1);
-        raw(tmp + sizeof tmp - n, n);
-        raw("\r\n", 2);
-    }
-
-    // A bulk string's head, for a body written piece by piece (then end_bulk()).
-    void bulk_head(size_t n) {
-        raw("$", 1);
-        digits(n);
-        raw("\r\n", 2);
-    }
-
-    void end_bulk() { raw("\r\n", 2); }
-
-    // An IEEE-754 double, little-endian whatever the host's order: the script unpacks '<d'
-    // (cheaper in Lua than an integer). Exact: every value is an integer below 2^53.
-    void le_double(int64_t v) {
-        static_assert(std::numeric_limits<double>::is_iec559 && sizeof(double) == 8, "IEEE-754 doubles");
-        const double d = static_cast<double>(v);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        raw(reinterpret_cast<const char*>(&d), 8);  // already in the wire's order
-#else
-        uint64_t u;
-        std::memcpy(&u, &d, sizeof u);
-        char b[8];
-        for (size_t i = 0; i < 8; i++) b[i] = static_cast<char>((u >> (8 * i)) & 0xff);
-        raw(b, 8);
-#endif
-    }
-
-    void bulk_key(std::string_view prefix, const RedisCheck& c) {
-        size_t n = redis_key_len(prefix, c.zone, c.policy->algo);
-        bulk_head(n);
-        if (buf_ != nullptr) redis_key(buf_ + len_, prefix, c.zone, c.hash, c.policy->algo);
-        len_ += n;
-        raw("\r\n", 2);
-    }
-
-  private:
-    void raw(const char* s, size_t n) {
-        if (buf_ != nullptr && n > 0) std::memcpy(buf_ + len_, s, n);
-        len_ += n;
-    }
-
-    void digits(uint64_t u) {
-        char tmp[20];
-        size_t n = 0;
-        do {
-            tmp[sizeof tmp - 1 - n++] = static_cast<char>('0' + u % 10);
-            u /= 10;
-        } while (u > 0);
-        raw(tmp + sizeof tmp - n, n);
-    }
-
-    char* buf_;
-    size_t len_ = 0;
-};
-
-int64_t clamp_cost(int64_t cost) { return cost < 0 ? 0 : (cost > kExact ? kExact : cost); }
-
-size_t total_checks(const RedisGroup* groups, size_t ngroups) {
-    size_t n = 0;
-    for (size_t g = 0; g < ngroups; g++) n += groups[g].n;
-    return n;
-}
-
-size_t script_command(char* buf, std::string_view mode, CommandScript script, bool injected_time,
-                      std::string_view prefix, const RedisGroup* groups, size_t ngroups, int64_t now_us) {
-    const size_t nkeys = total_checks(groups, ngroups);
-    Resp r(buf);
-    r.array(3 + nkeys + kArgvCount);
+void script_call_head(Resp& r, CommandScript script, bool injected_time, size_t nkeys, size_t nargv) {
+    r.array(3 + nkeys + nargv);
     switch (script) {
         case CommandScript::eval:
             r.bulk("EVAL");
@@ -126,8 +27,25 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
             break;
     }
     r.bulk_int(static_cast<int64_t>(nkeys));
+}
+
+namespace {
+
+int64_t clamp_cost(int64_t cost) { return cost < 0 ? 0 : (cost > kExact ? kExact : cost); }
+
+size_t total_checks(const RedisGroup* groups, size_t ngroups) {
+    size_t n = 0;
+    for (size_t g = 0; g < ngroups; g++) n += groups[g].n;
+    return n;
+}
+
+size_t script_command(char* buf, std::string_view mode, CommandScript script, bool injected_time,
+                      std::string_view prefix, const RedisGroup* groups, size_t ngroups, int64_t now_us) {
+    const size_t nkeys = total_checks(groups, ngroups);
+    Resp r(buf);
+    script_call_head(r, script, injected_time, nkeys, kArgvCount);
     for (size_t g = 0; g < ngroups; g++) {
-        for (size_t i = 0; i < groups[g].n; i++) r.bulk_key(prefix, groups[g].checks[i]);
+        for (size_t i = 0; i < groups[g].n; i++) r.bulk_key(prefix, groups[g].checks[i].zone, groups[g].checks[i].hash, groups[g].checks[i].policy->algo);
     }
     r.bulk(mode);
     r.bulk_int(injected_time ? now_us : 0);

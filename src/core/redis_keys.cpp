@@ -65,6 +65,21 @@ size_t redis_key(char* buf, std::string_view prefix, std::string_view zone, cons
     return static_cast<size_t>(p - buf);
 }
 
+constexpr std::string_view kHostsSuffix = "}:hosts";
+
+size_t hosts_key_len(std::string_view prefix, std::string_view zone) noexcept {
+    return prefix.size() + 1 + zone.size() + kHostsSuffix.size();
+}
+
+size_t hosts_key(char* buf, std::string_view prefix, std::string_view zone) noexcept {
+    char* p = buf;
+    p += put(p, prefix);
+    *p++ = '{';
+    p += put(p, zone);
+    p += put(p, kHostsSuffix);
+    return static_cast<size_t>(p - buf);
+}
+
 namespace {
 
 // CRC16/XMODEM one byte at a time: the table of the eight bit steps for each byte value.

@@ -25,6 +25,11 @@ size_t redis_key_max_len(std::string_view prefix, std::string_view zone) noexcep
 // Writes the key into buf (room for redis_key_len bytes; no NUL) and returns its length.
 size_t redis_key(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& h, Algo a) noexcept;
 
+// A sync zone's hosts (sync_command.h): one sorted set per zone, "<prefix>{<zone>}:hosts"
+// (hash-tagged by the zone: one slot, whichever host asks).
+size_t hosts_key_len(std::string_view prefix, std::string_view zone) noexcept;
+size_t hosts_key(char* buf, std::string_view prefix, std::string_view zone) noexcept;
+
 // The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of the whole key when
 // it has none, mod 16384.
 constexpr uint16_t kClusterSlots = 16384;

@@ -465,12 +465,15 @@ local function first_bad(blob)
   return nil
 end
 
+local sync_run  -- the modes of sync zones (below): only a call in those modes builds its functions
+
 -- The call (KEYS and ARGV of redis_command.h).
 local function run(keys, argv)
   bind()
   local mode, blob = argv[1], argv[3]
   local refunding = mode == 'refund'
   if (mode ~= 'decide' and not refunding) or #argv ~= 3 then
+    if mode == 'sync' or mode == 'hosts' then return sync_run(keys, argv) end  -- off decide's path
     return redis.error_reply('ERR ratelimit script: bad arguments')
   end
   local ngroups, nkeys = shape(blob)
@@ -588,6 +591,176 @@ local function run(keys, argv)
 end
 )lua";
 
+constexpr char kSync[] = R"lua(
+-- sync.cpp and sync_command.h: the calls of sync zones. Per item: give_back, apply_delta,
+-- grant, then one write. Its functions are locals of sync_run, built only by such a call.
+
+sync_run = function(keys, argv)
+  local now = clock(argv)
+  if not now then return redis.error_reply('ERR ratelimit script: bad time') end
+  if argv[1] == 'hosts' then
+    local window = tonum(argv[3])
+    if #keys ~= 1 or #argv ~= 4 or not window or window < 1 then
+      return redis.error_reply('ERR ratelimit script: bad arguments')
+    end
+    call('ZADD', keys[1], fmt('%d', now), argv[4])
+    call('ZREMRANGEBYSCORE', keys[1], '-inf', '(' .. fmt('%d', now - window))
+    call('PEXPIRE', keys[1], fmt('%d', ttl_ms(2 * window)))
+    return call('ZCARD', keys[1])
+  end
+  local blob = argv[3]
+  if #argv ~= 3 or #blob ~= 136 * #keys then return redis.error_reply('ERR ratelimit script: bad arguments') end
+
+  local MAXD = 562949953421312  -- kMaxDebt = 2^49
+  local function min(x, y)
+    if x < y then return x end
+    return y
+  end
+  local function cap(v)
+    if v < 0 then return 0 end
+    return min(v, MAXD)
+  end
+
+  -- A bucket's level at t (scaled, at most MAXD), however far over full.
+  local function level_at(algo, a, b, c, t, refill, depth)
+    if algo == 0 then
+      local ahead = a - t
+      if ahead < 0 then return 0 end
+      if ahead > (MAXD - MAXD % refill) / refill then return MAXD end
+      return min(ahead * refill + b, MAXD)
+    end
+    local level = a
+    if algo == 1 then
+      if c == 0 then return 0 end  -- a fresh key's bucket is full
+      local tokens = a
+      if tokens > depth then tokens = depth end
+      level = depth - tokens
+    end
+    return bucket_drain(min(level, MAXD), t - b, refill)
+  end
+
+  local function with_level(algo, a, b, c, t, level, refill, depth)
+    if algo == 0 then
+      local r = level % refill
+      return t + (level - r) / refill, r, c
+    end
+    if algo == 1 then
+      if not (c ~= 0 and b > t) then b = t end
+      return depth - level, b, 1
+    end
+    if b < t then b = t end
+    return level, b, c
+  end
+
+  -- level + units * tok (units < 0: minus, never below empty), at most MAXD.
+  local function pour(level, units, tok)
+    if units >= 0 then
+      local room = MAXD - level
+      if units > (room - room % tok) / tok then return MAXD end
+      return level + units * tok
+    end
+    if -units > (level - level % tok) / tok then return 0 end
+    return level + units * tok
+  end
+
+  local function apply_delta(algo, a, b, c, now, units, dprev, dat, per, refill, tok, depth)
+    if units == 0 and dprev == 0 then return a, b, c end
+    if algo <= 2 then
+      if units == 0 then return a, b, c end
+      local t = min(dat, now)  -- poured at the last admission (never in the future)
+      local level = level_at(algo, a, b, c, t, refill, depth)
+      local after = pour(level, units, tok)
+      if after == level then return a, b, c end
+      return with_level(algo, a, b, c, t, after, refill, depth)
+    end
+    -- Windows: the newest window and the one before it, counts added per window.
+    local scur, sprev = b, 0
+    if algo == 3 then scur, sprev = c, b end
+    local at = a
+    if dat > at then at = dat end
+    local cur, prev = 0, 0
+    if a == at then
+      cur, prev = scur, sprev
+    elseif a == at - per then
+      prev = scur
+    end
+    if dat == at then
+      cur, prev = cur + units, prev + dprev
+    elseif dat == at - per then
+      prev = prev + units
+    end
+    if algo == 3 then return at, cap(prev), cap(cur) end
+    return at, cap(cur), 0
+  end
+
+  local function give_back(algo, a, b, c, now, units, at, top, per, refill, tok, depth)
+    if units <= 0 then return a, b, c end
+    if algo == 3 then return refund_sliding(a, b, c, at, units, per) end
+    if algo == 4 then return refund_fixed(a, b, c, at, units, per) end
+    local level = level_at(algo, a, b, c, now, refill, depth)
+    local mine = bucket_drain(top, now - at, refill)
+    if level > mine then return a, b, c end  -- granted above them since: they drain instead
+    local after = pour(level, -min(units, (mine - mine % tok) / tok), tok)
+    if after == level then return a, b, c end
+    return with_level(algo, a, b, c, now, after, refill, depth)
+  end
+
+  local function decide_any(algo, a, b, c, cost, req, per, burst, refill, tok, depth, wsc)
+    if algo == 0 then return decide_gcra(a, b, now, cost, burst, refill, tok, depth) end
+    if algo == 1 then return decide_token(a, b, c, now, cost, burst, refill, tok, depth) end
+    if algo == 2 then return decide_leaky(a, b, now, cost, burst, refill, tok, depth) end
+    if algo == 3 then return decide_sliding(a, b, c, now, cost, req, per, wsc) end
+    return decide_fixed(a, b, now, cost, req, per)
+  end
+
+  local out = {now}
+  for i = 1, #keys do
+    local algo, req, per, burst, refill, tok, depth, wsc, units, dprev, dat, want, need, hosts, back, back_at,
+          back_top = sunpack('<ddddddddddddddddd', blob, 1 + (i - 1) * 136)
+    if not (algo >= 0 and algo <= 4 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
+            and tok >= 1 and depth >= 1 and wsc >= 1 and want >= 0 and need >= 0 and hosts >= 1 and back >= 0) then
+      return redis.error_reply('ERR ratelimit script: bad item ' .. i)
+    end
+    local key = keys[i]
+    local s, a, b, c = pget('GET', key), 0, 0, 0
+    if s and #s == 24 then
+      a, b, c = sunpack('<ddd', s)
+    elseif s then  -- the earlier layout (a hash), or WRONGTYPE from HMGET on anything else
+      local v = call('HMGET', key, 'a', 'b', 'c')
+      a, b, c = tonum(v[1]) or 0, tonum(v[2]) or 0, tonum(v[3]) or 0
+    end
+    local a0, b0, c0 = a, b, c
+    a, b, c = give_back(algo, a, b, c, now, back, back_at, back_top, per, refill, tok, depth)
+    a, b, c = apply_delta(algo, a, b, c, now, units, dprev, dat, per, refill, tok, depth)
+    -- grant: at most what remains, and a fair share of it, but `need` whenever it fits.
+    local ok, rem, reset, retry, w, x, y, z = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
+    local granted = 0
+    if need > rem then
+      ok, rem, reset, retry = decide_any(algo, a, b, c, need, req, per, burst, refill, tok, depth, wsc)
+    else
+      retry = 0
+      if want < need then want = need end
+      local share = rem % hosts  -- ceil_div
+      share = (rem - share) / hosts + (share ~= 0 and 1 or 0)
+      local n = min(min(want, rem), share)
+      if n < need then n = need end
+      if n > 0 then
+        ok, rem, reset, retry, w, x, y, z = decide_any(algo, a, b, c, n, req, per, burst, refill, tok, depth, wsc)
+        granted = n
+        if w then a, b, c = x, y, z end
+      end
+    end
+    if need == 0 or granted > 0 then retry = 0 end
+    if a ~= a0 or b ~= b0 or c ~= c0 or (s and #s ~= 24) then
+      call('SET', key, spack('<ddd', a, b, c), 'PX', fmt('%d', ttl_ms(reset)))
+    end
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
+  end
+  return out
+end
+)lua";
+
 // The two variants: where `now` comes from.
 constexpr char kClockFromArgv[] = R"lua(
 -- Test variant: the caller's time.
@@ -636,7 +809,7 @@ constexpr Text<(Ns + ...) - sizeof...(Ns) + 1> join(const char (&... parts)[Ns])
 
 // Everything but the clock, which each variant puts before `run`'s definition.
 #define RL_LUA_BEFORE_CLOCK kHead, kBucket, kGcra, kToken, kLeaky, kFixed, kSliding, kLog, kRefund
-#define RL_LUA_AFTER_CLOCK kDecide
+#define RL_LUA_AFTER_CLOCK kDecide, kSync
 
 constexpr auto kProduction = join(RL_LUA_BEFORE_CLOCK, kClockFromRedis, RL_LUA_AFTER_CLOCK, kEvalCall);
 constexpr auto kInjected = join(RL_LUA_BEFORE_CLOCK, kClockFromArgv, RL_LUA_AFTER_CLOCK, kEvalCall);

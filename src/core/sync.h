@@ -26,7 +26,11 @@ struct Delta {
 };
 static_assert(sizeof(Delta) == 24, "kept in shared-memory slots");
 
-// Records an admission of `cost` at `now`, which decide() allowed.
+// Records an admission of `cost` at `now`, which decide() allowed. A negative cost takes back
+// an admission refunded before it was sent (units may then go below 0: apply_delta subtracts,
+// never below empty). Windows count it in window_start(now), or in d.at if that is newer (a
+// clock that went back), as decide does; a view whose window is ahead of `now` (another
+// host's clock) counted it there: pass max(now, view.a) for windows.
 void delta_add(Delta& d, const Policy& p, int64_t now, int64_t cost);
 
 // d += more: a delta whose sending failed goes back to what is unsent.
@@ -49,5 +53,44 @@ struct Grant {
     Decision decision;  // of the global state; decision.next is the state after the grant
 };
 Grant grant(const State& s, const Policy& p, int64_t now, int64_t want, int64_t need, int64_t hosts);
+
+// A bucket's debt (an over-full level, in scaled units) never grows beyond this: every value
+// stays exact in a double, however long a host decided alone.
+constexpr int64_t kMaxDebt = kExact / 8;
+
+// sync_mode=lease: the units a host holds on one key, as Redis granted them. Spending them
+// later than Redis consumed them must not admit more than one limiter would, so a lease is
+// worth what the global state still holds of it at `now`:
+//  - windows (fixed, sliding): the units count in the window of their grant: usable while
+//    `now` is in that window (then worth nothing);
+//  - buckets: the units sit at the top of the global level as it was after the grant (`top`,
+//    scaled units at time `at`) and drain with it: usable are those still above empty,
+//    min(units, (top - (now - at) * refill) / token), so a lease decays at the limit's rate
+//    once the units below it have drained. Units granted later are counted just above the
+//    unspent ones (never higher than they really are).
+// Admitting only usable units, the admissions of all hosts, replayed through decide() on
+// one state at their times, are all allowed (tests/sync_sim_test.cpp).
+struct Lease {
+    int64_t units = 0;  // granted, not yet spent
+    int64_t top = 0;    // buckets: the global level (scaled) just above the units at `at`
+    int64_t at = 0;     // buckets: when granted (Redis's clock); windows: start of their window
+};
+static_assert(sizeof(Lease) == 24, "kept in shared-memory slots");
+
+int64_t lease_usable(const Lease& l, const Policy& p, int64_t now);
+
+// Adds `granted` units that Redis granted at `now`, `global` being the state it returned
+// (after the grant).
+void lease_add(Lease& l, const Policy& p, int64_t now, int64_t granted, const State& global);
+
+// Spends `cost` usable units; false (nothing spent) if fewer are usable.
+bool lease_take(Lease& l, const Policy& p, int64_t now, int64_t cost);
+
+// Redis's side of a give-back: the state after returning `units` unspent units of a lease
+// (at, top as in Lease). Windows: rl::refund at `at` (the window they count in). Buckets: the
+// level drops by the units still usable at `now`, only when nothing was granted above them
+// since (the level at `now` is at most their top): removing units from the middle would move
+// other hosts' leases down under them. Otherwise nothing is returned and the units drain.
+State give_back(const State& s, const Policy& p, int64_t now, int64_t units, int64_t at, int64_t top);
 
 }  // namespace rl

@@ -130,6 +130,7 @@ enum {
     RL_SYNC_WAITED = 4,   // lease: it waited once already: decided on what came
     RL_SYNC_FAILED = 8,   // lease: the grant did not come: decided on the local fallback
     RL_SYNC_LOCAL = 16,   // lease: decided on the local fallback (limit / hosts)
+    RL_SYNC_WAITED2 = 32, // lease: it waited twice (others spent the first grant): no more
 };
 
 struct rl_ctx_t;

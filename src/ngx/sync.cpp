@@ -12,7 +12,7 @@
 #include "core/log_text.h"
 #include "core/redis_keys.h"
 #include "redis_cluster.h"
-#include "sync_command_stub.h"
+#include "core/sync_command.h"
 
 #include <algorithm>
 #include <sys/random.h>
@@ -27,6 +27,8 @@ constexpr ngx_msec_t kExitWait = 3000;      // an exiting worker waits this long
 constexpr ngx_uint_t kExitRounds = 3;
 constexpr ngx_uint_t kMaxRedirects = 5;
 constexpr ngx_msec_t kStaleRound = 3000;    // a round claimed longer ago by a worker that died is over
+constexpr int64_t kStaleAsk = 1000000;      // an ask in flight for longer is given up on (us)
+constexpr size_t kAheadMax = 256;           // background asks queued in one loop turn at most
 
 int64_t now_us() {
     struct timespec ts;
@@ -91,6 +93,16 @@ ngx_queue_t g_waiting;   // requests to ask grants for at the end of this loop t
 ngx_queue_t g_asks;      // lease asks in flight
 ngx_event_t g_ask;       // posted: sends them
 ngx_log_t* g_log;
+
+// Lease keys whose budget runs low, to ask for in the background at the end of the loop turn.
+struct rl_ahead_t {
+    rl_sync_zone_t* zs;
+    rl::KeyHash hash;
+    uint8_t algo;
+    const rl::Policy* policy;
+};
+rl_ahead_t g_ahead[kAheadMax];
+size_t g_nahead;
 
 void log_sync(rl_sync_zone_t* zs, rl_redis_node_t* node, const char* what, const redisReply* reply) {
     u_char text[160];
@@ -199,7 +211,10 @@ void call_failed(rl_sync_call_t* call) {
             rl::delta_merge(merged, k->unsent, *it.si.policy);
             k->unsent = merged;
         }
-        k->budget += it.si.give_back;
+        if (it.si.give_back > 0 && k->lease.units == 0) {  // else they drain in Redis
+            k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
+        }
+        if (b->lease_ask) k->asked_at = 0;
         rl_sync_mark(h, it.ref);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -229,6 +244,10 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
     }
     int64_t redis_now = 0;
     if (!rl::decode_sync_reply(values, nvalues, call->n, results, &redis_now)) return false;
+    for (size_t i = 0; i < call->n; i++) {  // never more than was asked: Redis is not trusted
+        const rl::SyncItem& si = b->items[call->first + i].si;
+        if (results[i].granted > (si.want > si.need ? si.want : si.need)) return false;
+    }
 
     int64_t local = now_us();
     ngx_shmtx_lock(&zone->shpool->mutex);
@@ -243,9 +262,9 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
         // The view: the global state plus what this host admitted since the send.
         slot->state = k->unsent.empty() ? r.global : rl::apply_delta(r.global, *it.si.policy, redis_now, k->unsent);
         if (zone->sync_mode != RL_SYNC_LEASE) continue;
+        if (b->lease_ask) k->asked_at = 0;
         if (r.granted > 0) {
-            k->budget += r.granted;
-            k->granted_at = redis_now;
+            rl::lease_add(k->lease, *it.si.policy, redis_now, r.granted, r.global);
             k->used_at = redis_now;  // a fresh grant is not idle
         }
         if (it.si.need > r.granted) {
@@ -253,7 +272,7 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
         } else {
             k->retry_at = 0;
         }
-        if (k->budget > 0) rl_sync_mark(h, it.ref);  // given back when idle
+        if (k->lease.units > 0) rl_sync_mark(h, it.ref);  // given back when idle
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     return true;
@@ -355,8 +374,17 @@ void on_heartbeat(rl_conn_op_t* op, redisReply* reply) noexcept {
     zs->heartbeat_pending = false;
     rl_sync_shm_t* h = zs->zone->sync_shm;
     bool ok = reply != nullptr && reply->type == REDIS_REPLY_INTEGER;
+    if (reply != nullptr && zs->redis->cluster &&
+        (rl_redis_error_is(reply, "MOVED ") || rl_redis_error_is(reply, "ASK "))) {
+        bool ask;
+        rl_cluster_redirect(zs->redis, reply, &ask);  // the map learns it: the next heartbeat goes there
+        return;
+    }
     ngx_shmtx_lock(&zs->zone->shpool->mutex);
-    if (ok) h->hosts = reply->integer > 0 && reply->integer < 1000000 ? reply->integer : 1;
+    if (ok) {
+        h->hosts = reply->integer > 0 && reply->integer < 1000000 ? reply->integer : 1;
+        h->last_ok = ngx_current_msec;
+    }
     // Redis answers or not: a round in flight says it for its keys; without one, this does.
     if (zs->round == nullptr) h->down = ok ? 0 : 1;
     ngx_shmtx_unlock(&zs->zone->shpool->mutex);
@@ -376,11 +404,9 @@ void send_heartbeat(rl_sync_zone_t* zs) {
     std::string_view id(reinterpret_cast<const char*>(h->host_id), h->host_id_len);
     rl_redis_node_t* node = redis->nodes[0];
     if (redis->cluster) {
-        char tag[rl::kMaxZoneLen + 2];
-        tag[0] = '{';
-        ngx_memcpy(tag + 1, name.data(), name.size());
-        tag[name.size() + 1] = '}';
-        node = rl_cluster_route(redis, rl::cluster_slot(std::string_view(tag, name.size() + 2)));
+        char key[512];
+        if (rl::hosts_key_len(prefix, name) > sizeof(key)) return;  // prefix and name are short in practice
+        node = rl_cluster_route(redis, rl::cluster_slot(std::string_view(key, rl::hosts_key(key, prefix, name))));
     }
     // Hosts not seen for three intervals (and a second) are gone.
     int64_t window = 3 * zs->zone->sync_us + 1000000;
@@ -432,14 +458,16 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             if (lease) {
                 k->rate = k->spent;
                 k->spent = 0;
-                if (k->budget > 0 && (final || now - k->used_at >= 2 * zone->sync_us)) {
-                    si.give_back = k->budget;  // unspent for two intervals: others may need it
-                    si.give_back_at = k->granted_at;
-                    k->budget = 0;
-                } else if (k->rate > 0 && k->budget < k->rate) {
-                    si.want = 2 * k->rate - k->budget;  // ask ahead: two intervals at the recent rate
+                int64_t usable = rl::lease_usable(k->lease, *p, now);
+                if (k->lease.units > 0 && (final || now - k->used_at >= 2 * zone->sync_us)) {
+                    si.give_back = k->lease.units;  // unspent for two intervals: others may need it
+                    si.give_back_at = k->lease.at;
+                    si.give_back_top = k->lease.top;
+                    k->lease = rl::Lease{};
+                } else if (k->rate > 0 && usable < k->rate) {
+                    si.want = 2 * k->rate - usable;  // ask ahead: two intervals at the recent rate
                 }
-                if (k->budget > 0) {
+                if (k->lease.units > 0) {
                     if (nkeep == keep_cap) {
                         size_t cap = keep_cap ? keep_cap * 2 : 64;
                         auto* more = static_cast<uint32_t*>(ngx_alloc(cap * sizeof(uint32_t), g_log));
@@ -456,7 +484,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             if (si.delta.empty() && si.want == 0 && si.give_back == 0) continue;
             rl_sync_item_t* it = item_push(b, zs, slot, p);
             if (it == nullptr) {  // out of memory: the key stays for the next round
-                k->budget += si.give_back;
+                if (si.give_back > 0) k->lease = rl::Lease{si.give_back, si.give_back_top, si.give_back_at};
                 rl_sync_mark(h, ref);
                 break;
             }
@@ -465,6 +493,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             it->si.want = si.want;
             it->si.give_back = si.give_back;
             it->si.give_back_at = si.give_back_at;
+            it->si.give_back_top = si.give_back_top;
         }
         bool more = h->ndirty > 0 && taken < h->cap && n == kTakePerLock;
         if (!more) {
@@ -565,7 +594,8 @@ void wake_waiters(rl_sync_batch_t* b) {
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
             rl_result_t& res = ctx->results[i];
             if (res.applied->zone->sync != b->zs || !(res.sync & RL_SYNC_WAIT)) continue;
-            res.sync = static_cast<uint8_t>((res.sync & ~RL_SYNC_WAIT) | RL_SYNC_WAITED | (b->failed ? RL_SYNC_FAILED : 0));
+            int waited = (res.sync & RL_SYNC_WAITED) ? RL_SYNC_WAITED2 : RL_SYNC_WAITED;
+            res.sync = static_cast<uint8_t>((res.sync & ~RL_SYNC_WAIT) | waited | (b->failed ? RL_SYNC_FAILED : 0));
         }
         if (ctx->lease_waits > 0 && --ctx->lease_waits == 0) rl_lease_finished(ctx);
     }
@@ -585,11 +615,37 @@ bool add_waiter(rl_sync_batch_t* b, rl_ctx_t* ctx) {
     return true;
 }
 
-// The asks of one zone for the requests waiting now: one item per key (their costs added).
+rl_sync_item_t* find_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) {
+    for (size_t k = 0; b != nullptr && k < b->nitems; k++) {
+        if (b->items[k].si.hash == hash && b->items[k].algo == algo) return &b->items[k];
+    }
+    return nullptr;
+}
+
+// A lease ask for one key (zone locked): two intervals at its recent rate (the last round's or
+// this one's so far), and what it admitted while Redis was away.
+rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHash& hash, uint8_t algo,
+                         const rl::Policy* policy, int64_t now) {
+    rl::Slot* slot = rl::table_acquire(zs->zone->table, hash, algo, nullptr);
+    rl_sync_key_t* k = rl_sync_key(slot);
+    rl_sync_item_t* it = item_push(b, zs, slot, policy);
+    if (it == nullptr) return nullptr;
+    k->burst = policy->burst;
+    k->asked_at = now;
+    int64_t want = 2 * (k->rate > k->spent ? k->rate : k->spent) - rl::lease_usable(k->lease, *policy, now);
+    it->si.want = want > 1 ? want : 1;
+    it->si.delta = k->unsent;
+    k->unsent = rl::Delta{};
+    return it;
+}
+
+// The asks of one zone for the requests waiting now (one item per key, their costs added) and
+// for the keys running low.
 rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
     rl_sync_batch_t* b = nullptr;
     rl_zone_t* zone = zs->zone;
     ngx_shmtx_lock(&zone->shpool->mutex);
+    int64_t now = now_us() + zone->sync_shm->offset_us;
     for (ngx_queue_t* q = ngx_queue_head(&g_waiting); q != ngx_queue_sentinel(&g_waiting); q = ngx_queue_next(q)) {
         rl_ctx_t* ctx = ngx_queue_data(q, rl_ctx_t, lease);
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
@@ -599,23 +655,22 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
             if (!add_waiter(b, ctx)) continue;  // out of memory: that request falls back
             ctx->lease_waits++;
             auto algo = static_cast<uint8_t>(res.applied->policy.algo);
-            rl_sync_item_t* it = nullptr;
-            for (size_t k = 0; k < b->nitems; k++) {
-                if (b->items[k].si.hash == res.hash && b->items[k].algo == algo) it = &b->items[k];
-            }
+            rl_sync_item_t* it = find_item(b, res.hash, algo);
             if (it == nullptr) {
-                rl::Slot* slot = rl::table_acquire(zone->table, res.hash, algo, nullptr);
-                rl_sync_key_t* k = rl_sync_key(slot);
-                if ((it = item_push(b, zs, slot, &res.applied->policy)) == nullptr) continue;
-                k->burst = res.applied->policy.burst;
-                // Two intervals at the recent rate (the last round's or this one's so far).
-                it->si.want = 2 * (k->rate > k->spent ? k->rate : k->spent);
-                it->si.delta = k->unsent;  // units admitted while Redis was away
-                k->unsent = rl::Delta{};
+                if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
+                it = ask_item(b, zs, res.hash, algo, &res.applied->policy, now);
+                if (it == nullptr) continue;
             }
             it->si.need += res.cost;
             if (it->si.want < it->si.need) it->si.want = it->si.need;
         }
+    }
+    // Then the keys running low (no request waits for them).
+    for (size_t i = 0; i < g_nahead; i++) {
+        const rl_ahead_t& a = g_ahead[i];
+        if (a.zs != zs || find_item(b, a.hash, a.algo) != nullptr) continue;
+        if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
+        ask_item(b, zs, a.hash, a.algo, a.policy, now);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     return b;
@@ -632,6 +687,7 @@ void on_ask(ngx_event_t*) noexcept {
             ngx_queue_insert_tail(&ready, &b->link);
         }
     }
+    g_nahead = 0;
     // Every request now knows how many asks it waits for (none: decided at once, on the fallback).
     while (!ngx_queue_empty(&g_waiting)) {
         ngx_queue_t* q = ngx_queue_head(&g_waiting);
@@ -662,6 +718,7 @@ void rl_sync_format(rl_sync_shm_t* h, uint32_t cap, ngx_log_t* log) noexcept {
     h->magic = kRlSyncMagic;
     h->cap = cap;
     h->hosts = 1;
+    h->last_ok = ngx_current_msec;  // not "unavailable" before the first round
     // This host among the others in Redis: its name and a random tag, kept across reloads.
     char name[32] = "nginx";
     if (gethostname(name, sizeof(name)) != 0) ngx_memcpy(name, "nginx", 6);
@@ -733,6 +790,16 @@ bool rl_sync_lease_wait(rl_ctx_t* ctx) noexcept {
         ngx_post_event(&g_ask, &ngx_posted_events);
     }
     return true;
+}
+
+void rl_sync_ask_ahead(rl_zone_t* zone, rl::Slot* slot, const rl::Policy* policy, int64_t now) noexcept {
+    rl_sync_key_t* k = rl_sync_key(slot);
+    if (zone->sync == nullptr || g_nahead == kAheadMax || (k->asked_at != 0 && now - k->asked_at < kStaleAsk)) return;
+    k->asked_at = now;  // one ask at a time per key, whichever worker sends it
+    g_ahead[g_nahead++] = rl_ahead_t{zone->sync, slot->hash, slot->algo, policy};
+    if (!g_ask.posted) {
+        ngx_post_event(&g_ask, &ngx_posted_events);
+    }
 }
 
 void rl_sync_lease_cancel(rl_ctx_t* ctx) noexcept {

@@ -15,15 +15,15 @@ enum rl_sync_mode_e : uint8_t {
 
 // Per key, after its Slot (in the slot's ring area).
 struct rl_sync_key_t {
-    rl::Delta unsent;     // optimistic: admitted here since the last send
+    rl::Delta unsent;     // optimistic (and lease while Redis is away): admitted since the last send
+    rl::Lease lease;      // lease: the units Redis granted this host and it has not spent
     int64_t burst;        // the burst of its last admission: which policy the key runs under
-    int64_t budget;       // lease: units granted by Redis and not spent yet
-    int64_t granted_at;   // lease: Redis's time of the grant (a give-back refunds at it)
     int64_t spent;        // lease: spent since the last round
     int64_t rate;         // lease: spent in the last round (sizes the next ask)
-    int64_t used_at;      // lease: last spend, on the zone's clock
+    int64_t used_at;      // lease: last spend or grant, on the zone's clock
     int64_t retry_at;     // lease: when Redis said a refused ask would fit (zone clock), 0 if none
-    rl::State fallback;   // lease while Redis is down: the local limit / hosts
+    int64_t asked_at;     // lease: an ask for this key is in flight since then (zone clock), 0 if none
+    rl::State fallback;   // lease while Redis is away: the local limit / hosts
 };
 static_assert(sizeof(rl_sync_key_t) % 8 == 0, "kept in shared-memory slots");
 
@@ -83,5 +83,8 @@ void rl_sync_exit_process(ngx_cycle_t* cycle) noexcept;
 // lease: the request waits for one round trip that asks Redis for units of its keys whose
 // budget is empty (the results flagged RL_SYNC_WAIT). False if nothing could be sent.
 bool rl_sync_lease_wait(rl_ctx_t* ctx) noexcept;
+// lease, zone locked: the key's budget runs low; a worker asks for more at the end of the loop
+// turn, in the background.
+void rl_sync_ask_ahead(rl_zone_t* zone, rl::Slot* slot, const rl::Policy* policy, int64_t now) noexcept;
 // The request is gone or finished: it no longer waits.
 void rl_sync_lease_cancel(rl_ctx_t* ctx) noexcept;

@@ -7,28 +7,6 @@
 
 namespace {
 
-// A window's start: windows are aligned to multiples of the period on the zone's clock.
-int64_t window_of(int64_t at, int64_t period) {
-    int64_t r = at % period;
-    if (r < 0) r += period;
-    return at - r;
-}
-
-// Takes back an admission of `cost` at `at` from the unsent delta, as far as it is still there
-// (a delta already sent stays counted in Redis: it errs on the side of limiting).
-void delta_take_back(rl::Delta& d, const rl::Policy& p, int64_t at, int64_t cost) {
-    int64_t* units = &d.units;
-    if (!rl::is_bucket(p.algo)) {
-        int64_t w = window_of(at, p.period_us);
-        if (w == d.at - p.period_us) {
-            units = &d.prev;
-        } else if (w != d.at) {
-            return;
-        }
-    }
-    *units = *units > cost ? *units - cost : 0;
-}
-
 // While Redis is away, a lease host enforces its share of the limit: limit / hosts seen.
 rl::Policy fallback_policy(const rl::Policy& p, int64_t hosts) {
     if (hosts <= 1) return p;
@@ -39,32 +17,48 @@ rl::Policy fallback_policy(const rl::Policy& p, int64_t hosts) {
     return f;
 }
 
-rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, const rl_sync_shm_t* h) {
+// Where a window algorithm counts an admission: its window, or the view's if that is newer
+// (another host's clock ahead of this one's), as decide did.
+int64_t delta_time(const rl::Policy& p, int64_t at, const rl::State& view) {
+    return rl::is_bucket(p.algo) || view.a <= at ? at : view.a;
+}
+
+// Redis failed the last reconciliation, or has not answered one for two intervals (and a
+// timeout): decisions are local ones.
+bool unavailable(const rl_zone_t* zone) {
+    const rl_sync_shm_t* h = zone->sync_shm;
+    auto stale = static_cast<ngx_msec_t>(2 * zone->sync_us / 1000) + zone->redis->timeout + 100;
+    return h->down || static_cast<ngx_msec_int_t>(ngx_current_msec - h->last_ok) > static_cast<ngx_msec_int_t>(stale);
+}
+
+rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool down) {
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
-    if (k->budget >= res.cost) {
+    int64_t usable = rl::lease_usable(k->lease, p, now);
+    if (usable >= res.cost) {
         rl::Decision d = rl::decide(slot->state, p, now, 0);
         d.allowed = true;
-        d.remaining = k->budget - res.cost;
+        d.remaining = usable - res.cost;
         d.retry_after_us = 0;
         return d;
     }
     if (res.cost > p.capacity()) return rl::decide(rl::State{}, p, now, res.cost);  // never: no wait
-    if (h->down || (res.sync & RL_SYNC_FAILED)) {
+    if (down || (res.sync & RL_SYNC_FAILED)) {
         res.sync |= RL_SYNC_LOCAL | RL_SYNC_ERROR;
-        rl::Decision d = rl::decide(k->fallback, fallback_policy(p, h->hosts), now, res.cost);
+        rl::Decision d = rl::decide(k->fallback, fallback_policy(p, res.applied->zone->sync_shm->hosts), now, res.cost);
         d.limit = p.requests;
         return d;
     }
     rl::Decision d = rl::decide(slot->state, p, now, 0);
     d.allowed = false;
-    d.remaining = k->budget;
-    if (!(res.sync & RL_SYNC_WAITED)) {
+    d.remaining = usable;
+    if (!(res.sync & RL_SYNC_WAITED2) && k->retry_at <= now) {
         res.sync |= RL_SYNC_WAIT;  // the access handler sends an ask and decides again
         d.retry_after_us = 0;
         return d;
     }
-    // It waited once: Redis granted less than it needs; Redis said when it would fit.
+    // Redis said lately that no unit fits before retry_at (or it waited twice): rejected,
+    // without asking again (a hot key over its limit costs no round trip per request).
     d.retry_after_us = k->retry_at > now ? k->retry_at - now : p.period_us / p.requests + 1;
     return d;
 }
@@ -73,10 +67,10 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, const r
 
 rl::Decision rl_sync_decide(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     const rl_zone_t* zone = res.applied->zone;
-    const rl_sync_shm_t* h = zone->sync_shm;
     res.sync &= ~(RL_SYNC_ERROR | RL_SYNC_WAIT | RL_SYNC_LOCAL);
-    if (h->down) res.sync |= RL_SYNC_ERROR;
-    if (zone->sync_mode == RL_SYNC_LEASE) return lease_decide(res, slot, now, h);
+    bool down = unavailable(zone);
+    if (down) res.sync |= RL_SYNC_ERROR;
+    if (zone->sync_mode == RL_SYNC_LEASE) return lease_decide(res, slot, now, down);
     return rl::decide(slot->state, res.applied->policy, now, res.cost);
 }
 
@@ -87,17 +81,17 @@ void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
     if (res.cost <= 0) return;
     k->burst = p.burst;
     if (zone->sync_mode == RL_SYNC_LEASE && !(res.sync & RL_SYNC_LOCAL)) {
-        k->budget -= res.cost;
+        rl::lease_take(k->lease, p, res.at, res.cost);  // decided on lease_usable under this lock
         k->spent += res.cost;
         k->used_at = res.at;
+        // Less left than half an interval's use: more is asked for before it runs out.
+        int64_t use = k->rate > k->spent ? k->rate : k->spent;
+        if (res.decision.remaining * 2 < use) rl_sync_ask_ahead(zone, slot, &p, res.at);
     } else {
         // optimistic, or lease while Redis is away: Redis adds it at the next sync
-        if (res.sync & RL_SYNC_LOCAL) {
-            k->fallback = res.decision.next;
-        } else {
-            slot->state = res.decision.next;
-        }
-        rl::delta_add(k->unsent, p, res.at, res.cost);
+        rl::State& s = (res.sync & RL_SYNC_LOCAL) ? k->fallback : slot->state;
+        s = res.decision.next;
+        rl::delta_add(k->unsent, p, delta_time(p, res.at, s), res.cost);
     }
     rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));
 }
@@ -106,15 +100,17 @@ void rl_sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
     if (res.applied->zone->sync_mode == RL_SYNC_LEASE && !(res.sync & RL_SYNC_LOCAL)) {
-        k->budget += res.cost;
+        k->lease.units += res.cost;  // back on top of the lease: usable as far as it still holds
         k->spent = k->spent > res.cost ? k->spent - res.cost : 0;
         res.decision = rl::decide(slot->state, p, now, 0);
-        res.decision.remaining = k->budget;
+        res.decision.remaining = rl::lease_usable(k->lease, p, now);
         return;
     }
+    // Taken back from the unsent delta too (a delta already sent stays counted in Redis: it
+    // errs on the side of limiting).
     rl::State& s = (res.sync & RL_SYNC_LOCAL) ? k->fallback : slot->state;
+    rl::delta_add(k->unsent, p, delta_time(p, res.at, s), -res.cost);
     rl::refund(s, nullptr, p, now, res.at, res.cost);
-    delta_take_back(k->unsent, p, res.at, res.cost);
     res.decision = rl::decide(s, p, now, 0);
 }
 

@@ -1,0 +1,118 @@
+#include "sync_command.h"
+
+#include "decide.h"
+#include "redis_keys.h"
+#include "resp_writer.h"
+#include "sha1.h"
+
+namespace rl {
+
+namespace {
+
+int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+int64_t count_of(int64_t v) { return clamp(v, 0, kExact); }
+int64_t signed_of(int64_t v) { return clamp(v, -kExact, kExact); }
+
+size_t sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                    const SyncItem* items, size_t n, int64_t now_us) {
+    Resp r(buf);
+    script_call_head(r, script, injected_time, n, kArgvCount);
+    for (size_t i = 0; i < n; i++) r.bulk_key(prefix, items[i].zone, items[i].hash, items[i].policy->algo);
+    r.bulk("sync");
+    r.bulk_int(injected_time ? now_us : 0);
+    r.bulk_head(kSyncItemBytes * n);
+    for (size_t i = 0; i < n; i++) {
+        const SyncItem& it = items[i];
+        const Policy& p = *it.policy;
+        const int64_t values[17] = {static_cast<int64_t>(p.algo), p.requests, p.period_us, p.burst, p.refill,
+                                    p.token, p.depth, p.weight_scale, signed_of(it.delta.units),
+                                    signed_of(it.delta.prev), signed_of(it.delta.at), count_of(it.want),
+                                    count_of(it.need), clamp(it.hosts, 1, kExact), count_of(it.give_back),
+                                    signed_of(it.give_back_at), signed_of(it.give_back_top)};
+        for (int64_t v : values) r.le_double(v);
+    }
+    r.end_bulk();
+    return r.size();
+}
+
+size_t hosts_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                     std::string_view zone, std::string_view host_id, int64_t window_us, int64_t now_us) {
+    Resp r(buf);
+    script_call_head(r, script, injected_time, 1, 4);
+    r.bulk_written(hosts_key_len(prefix, zone), [&](char* at) { hosts_key(at, prefix, zone); });
+    r.bulk("hosts");
+    r.bulk_int(injected_time ? now_us : 0);
+    r.bulk_int(clamp(window_us, 1, kExact));
+    r.bulk(host_id);
+    return r.size();
+}
+
+}  // namespace
+
+SyncResult sync_key(const State& s, const SyncItem& it, int64_t now, Decision* decision) noexcept {
+    const Policy& p = *it.policy;
+    State st = give_back(s, p, now, count_of(it.give_back), it.give_back_at, it.give_back_top);
+    st = apply_delta(st, p, now, it.delta);
+    const int64_t need = count_of(it.need);
+    Grant g = grant(st, p, now, count_of(it.want), need, it.hosts);
+    SyncResult out;
+    out.granted = g.granted;
+    out.global = g.granted > 0 ? g.decision.next : st;
+    out.retry_after_us = g.granted == 0 && need > 0 ? g.decision.retry_after_us : 0;
+    if (decision != nullptr) *decision = g.decision;
+    return out;
+}
+
+size_t sync_command_len(CommandScript script, bool injected_time, std::string_view prefix, const SyncItem* items,
+                        size_t n, int64_t now_us) noexcept {
+    return sync_command(nullptr, script, injected_time, prefix, items, n, now_us);
+}
+
+size_t write_sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                          const SyncItem* items, size_t n, int64_t now_us) noexcept {
+    return sync_command(buf, script, injected_time, prefix, items, n, now_us);
+}
+
+size_t sync_command_bound(std::string_view prefix, const SyncItem*, size_t n) noexcept {
+    // As batch_command_bound: the head (EVALSHA's, the longer), then per item its key's bulk
+    // string for the longest zone name and its 136 bytes.
+    constexpr size_t kBulkFrame = 1 + 20 + 2 + 2;  // "$<len>\r\n...\r\n"
+    size_t key = kBulkFrame + redis_key_max_len(prefix, std::string_view()) + kMaxZoneLen;
+    return 4 * kBulkFrame + 1 + 20 + 2 + 7 + kSha1HexLen + 20 + 4 + 20 + kBulkFrame + n * (key + kSyncItemBytes);
+}
+
+size_t sync_reply_len(size_t n) noexcept { return 1 + kSyncReplyPerItem * n; }
+
+bool decode_sync_reply(const int64_t* values, size_t nvalues, size_t nitems, SyncResult* out,
+                       int64_t* redis_now) noexcept {
+    if (values == nullptr || nvalues != sync_reply_len(nitems) || (out == nullptr && nitems > 0)) return false;
+    if (values[0] < 0) return false;
+    for (size_t i = 0; i < nitems; i++) {
+        const int64_t* v = values + 1 + kSyncReplyPerItem * i;
+        for (size_t j = 0; j < 3; j++) {
+            if (v[j] < -kExact || v[j] > kExact) return false;
+        }
+        if (v[3] < 0 || v[3] > kExact || v[4] < kNever) return false;
+    }
+    for (size_t i = 0; i < nitems; i++) {
+        const int64_t* v = values + 1 + kSyncReplyPerItem * i;
+        out[i].global = State{v[0], v[1], v[2]};
+        out[i].granted = v[3];
+        out[i].retry_after_us = v[4];
+    }
+    if (redis_now != nullptr) *redis_now = values[0];
+    return true;
+}
+
+size_t hosts_command_len(CommandScript script, bool injected_time, std::string_view prefix, std::string_view zone,
+                         std::string_view host_id, int64_t window_us, int64_t now_us) noexcept {
+    return hosts_command(nullptr, script, injected_time, prefix, zone, host_id, window_us, now_us);
+}
+
+size_t write_hosts_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                           std::string_view zone, std::string_view host_id, int64_t window_us,
+                           int64_t now_us) noexcept {
+    return hosts_command(buf, script, injected_time, prefix, zone, host_id, window_us, now_us);
+}
+
+}  // namespace rl

@@ -1,0 +1,118 @@
+// The RESP of sync calls (exact bytes, two passes agree, bound) and the decoding of their
+// replies. That the script accepts them is shown by sync_diff_test.cpp.
+#include "core/sync_command.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "algo_test_util.h"
+#include "packed_doubles.h"
+#include "core/redis_keys.h"
+#include "core/redis_script.h"
+
+namespace {
+
+using rltest::doubles;
+using rltest::kSec;
+
+std::string sync_cmd(rl::CommandScript script, bool injected, const std::vector<rl::SyncItem>& items, int64_t now) {
+    size_t len = rl::sync_command_len(script, injected, "rl:", items.data(), items.size(), now);
+    std::string buf(len + 4, '?');
+    EXPECT_EQ(rl::write_sync_command(buf.data(), script, injected, "rl:", items.data(), items.size(), now), len);
+    EXPECT_EQ(buf.substr(len), "????");
+    buf.resize(len);
+    return buf;
+}
+
+TEST(SyncCommand, ExactBytes) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 10, kSec, 2);  // refill 1, token 100000, depth 300000
+    rl::SyncItem it;
+    it.zone = "api";
+    it.hash = rl::KeyHash{0x2, 0x1};
+    it.policy = &p;
+    it.delta = rl::Delta{3, 0, 1700000000LL * kSec - 5};
+    it.want = 4;
+    it.need = 1;
+    it.hosts = 2;
+    it.give_back = 2;
+    it.give_back_at = 77;
+    it.give_back_top = 200000;
+    std::string want = std::string("*7\r\n$5\r\nFCALL\r\n$26\r\n") + rl::function_name(true) +
+                       "\r\n$1\r\n1\r\n"
+                       "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n"
+                       "$4\r\nsync\r\n$16\r\n1700000000000000\r\n$136\r\n" +
+                       doubles({0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0, 1700000000LL * kSec - 5.0, 4, 1, 2,
+                                2, 77, 200000}) +
+                       "\r\n";
+    EXPECT_EQ(sync_cmd(rl::CommandScript::fcall, true, {it}, 1700000000LL * kSec), want);
+    // Production: now not sent; EVALSHA names the script.
+    std::string prod = sync_cmd(rl::CommandScript::evalsha, false, {it, it}, 1700000000LL * kSec);
+    EXPECT_EQ(prod.rfind("*8\r\n$7\r\nEVALSHA\r\n$40\r\n", 0), 0u);
+    EXPECT_NE(prod.find("$4\r\nsync\r\n$1\r\n0\r\n$272\r\n"), std::string::npos);
+    EXPECT_LE(prod.size(), rl::sync_command_bound("rl:", nullptr, 2));
+    // Hostile values are clamped into what the script checks: counts >= 0, hosts >= 1.
+    it.want = -5;
+    it.hosts = 0;
+    std::string clamped = sync_cmd(rl::CommandScript::fcall, true, {it}, 1700000000LL * kSec);
+    EXPECT_NE(clamped.find(doubles({0, 1, 1})), std::string::npos);
+}
+
+TEST(SyncCommand, BoundHoldsForLongZones) {
+    rl::Policy p = rltest::policy(rl::Algo::sliding, 10, kSec);
+    std::string zone(rl::kMaxZoneLen, 'z');
+    std::vector<rl::SyncItem> items(50);
+    for (auto& it : items) {
+        it.zone = zone;
+        it.policy = &p;
+    }
+    EXPECT_LE(sync_cmd(rl::CommandScript::evalsha, false, items, 0).size(),
+              rl::sync_command_bound("prefix:", items.data(), items.size()) - 0);
+    EXPECT_LE(sync_cmd(rl::CommandScript::fcall, false, items, 0).size(),
+              rl::sync_command_bound("rl:", items.data(), items.size()));
+}
+
+TEST(SyncCommand, HostsBytes) {
+    size_t len = rl::hosts_command_len(rl::CommandScript::evalsha, false, "rl:", "api", "h1", 300000, 5);
+    std::string buf(len, '?');
+    ASSERT_EQ(rl::write_hosts_command(buf.data(), rl::CommandScript::evalsha, false, "rl:", "api", "h1", 300000, 5), len);
+    EXPECT_EQ(buf, std::string("*8\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(false) +
+                       "\r\n$1\r\n1\r\n$14\r\nrl:{api}:hosts\r\n$5\r\nhosts\r\n$1\r\n0\r\n$6\r\n300000\r\n$2\r\nh1\r\n");
+    char key[32];
+    ASSERT_EQ(rl::hosts_key(key, "rl:", "api"), rl::hosts_key_len("rl:", "api"));
+    EXPECT_EQ(rl::cluster_slot(std::string_view(key, rl::hosts_key_len("rl:", "api"))), rl::cluster_slot("api"));
+}
+
+TEST(SyncCommand, DecodeReply) {
+    std::vector<int64_t> v = {1700000000LL * kSec, -300000, 5, 1, 4, 0, 10, 20, 30, 0, rl::kNever};
+    rl::SyncResult out[2];
+    int64_t now = 0;
+    ASSERT_TRUE(rl::decode_sync_reply(v.data(), v.size(), 2, out, &now));
+    EXPECT_EQ(now, 1700000000LL * kSec);
+    EXPECT_EQ(out[0].global, (rl::State{-300000, 5, 1}));  // a token bucket in debt: negative tokens
+    EXPECT_EQ(out[0].granted, 4);
+    EXPECT_EQ(out[1].retry_after_us, rl::kNever);
+    EXPECT_EQ(rl::sync_reply_len(2), v.size());
+
+    // Bad shapes write nothing.
+    rl::SyncResult untouched[2];
+    untouched[0].granted = 99;
+    EXPECT_FALSE(rl::decode_sync_reply(v.data(), v.size() - 1, 2, untouched, &now));
+    auto bad = [&](size_t i, int64_t value) {
+        std::vector<int64_t> w = v;
+        w[i] = value;
+        return !rl::decode_sync_reply(w.data(), w.size(), 2, untouched, nullptr) && untouched[0].granted == 99;
+    };
+    EXPECT_TRUE(bad(0, -1));                  // now
+    EXPECT_TRUE(bad(4, -1));                  // granted
+    EXPECT_TRUE(bad(4, rl::kExact + 1));
+    EXPECT_TRUE(bad(10, -2));                 // retry
+    EXPECT_TRUE(bad(7, rl::kExact + 1));      // a state beyond exact
+    EXPECT_TRUE(bad(1, -rl::kExact - 1));
+    EXPECT_FALSE(rl::decode_sync_reply(nullptr, 0, 0, nullptr, nullptr));
+    int64_t only_now = 5;
+    EXPECT_TRUE(rl::decode_sync_reply(&only_now, 1, 0, nullptr, nullptr));
+}
+
+}  // namespace

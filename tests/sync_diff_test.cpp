@@ -1,0 +1,269 @@
+// Differential test of the Lua's "sync" mode against the C++ core (sync_key: give_back,
+// apply_delta, grant): random timelines of sync calls (deltas of several hosts, lease asks,
+// give-backs, clocks that go back) replayed through both, on a private redis-server, must
+// give identical replies and stored states, with the TTL of decide's rule. Through FCALL and
+// EVALSHA alike. Also the "hosts" heartbeat. Seeds are fixed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "algo_test_util.h"
+#include "core/exact_math.h"
+#include "core/redis_keys.h"
+#include "core/redis_script.h"
+#include "core/sync_command.h"
+#include "redis_lua_server.h"
+
+namespace {
+
+using rltest::kSec;
+using rltest::Reply;
+
+constexpr std::string_view kPrefix = "rlsync:";
+constexpr int64_t kT0 = 1763900000LL * kSec;
+
+struct SyncKey {
+    rl::Policy p;
+    std::string zone;
+    rl::KeyHash hash;
+    std::string redis_key;
+    rl::State s;      // the C++ global state
+    rl::Lease lease;  // what one host holds of it, for give-backs
+};
+
+class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
+  protected:
+    void SetUp() override {
+        ASSERT_NO_FATAL_FAILURE(rltest::start_lua_server(server_, conn_));
+    }
+
+    static std::string build(const std::vector<rl::SyncItem>& items, int64_t now) {
+        rl::CommandScript script = GetParam();
+        size_t len = rl::sync_command_len(script, true, kPrefix, items.data(), items.size(), now);
+        std::string buf(len + 8, '\xee');
+        EXPECT_EQ(rl::write_sync_command(buf.data(), script, true, kPrefix, items.data(), items.size(), now), len);
+        EXPECT_EQ(buf.substr(len), std::string(8, '\xee'));
+        EXPECT_LE(len, rl::sync_command_bound(kPrefix, items.data(), items.size()) + 20);  // now is sent here
+        buf.resize(len);
+        return buf;
+    }
+
+    // One call on both sides, then the replies and, per key, the stored state and its TTL.
+    void run_call(std::vector<SyncKey*>& keys, const std::vector<rl::SyncItem>& items, int64_t now,
+                  const std::string& where, std::vector<rl::SyncResult>* results) {
+        std::vector<rl::SyncResult> want(items.size());
+        std::vector<rl::Decision> dec(items.size());
+        std::vector<bool> written(items.size());
+        for (size_t i = 0; i < items.size(); i++) {
+            want[i] = rl::sync_key(keys[i]->s, items[i], now, &dec[i]);
+            written[i] = !(want[i].global == keys[i]->s);
+        }
+        redisContext* c = conn_.get();
+        std::string cmd = build(items, now);
+        rltest::append(c, {"TIME"});
+        rltest::append(c, {"MULTI"});
+        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+        for (SyncKey* k : keys) {
+            rltest::append(c, {"PEXPIRETIME", k->redis_key});
+            rltest::append(c, {"PERSIST", k->redis_key});
+            rltest::append(c, {"GET", k->redis_key});
+        }
+        rltest::append(c, {"EXEC"});
+        rltest::append(c, {"TIME"});
+        int64_t t0 = rltest::time_us(rltest::next_reply(c).get()) / 1000;
+        for (size_t i = 0; i < 2 + 3 * keys.size(); i++) ASSERT_TRUE(rltest::next_reply(c)) << where;
+        Reply exec = rltest::next_reply(c);
+        int64_t t1 = rltest::time_us(rltest::next_reply(c).get()) / 1000;
+        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * keys.size()) << where;
+        const redisReply* reply = exec->element[0];
+        ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY) << where << ": " << (reply->type == REDIS_REPLY_ERROR ? reply->str : "");
+        std::vector<int64_t> values;
+        for (size_t i = 0; i < reply->elements; i++) {
+            ASSERT_EQ(reply->element[i]->type, REDIS_REPLY_INTEGER) << where;
+            values.push_back(reply->element[i]->integer);
+        }
+        std::vector<rl::SyncResult>& got = *results;
+        got.resize(items.size());
+        int64_t redis_now = -1;
+        ASSERT_TRUE(rl::decode_sync_reply(values.data(), values.size(), items.size(), got.data(), &redis_now))
+            << where << ": " << ::testing::PrintToString(values);
+        ASSERT_EQ(redis_now, now);
+        for (size_t i = 0; i < items.size(); i++) {
+            SyncKey& k = *keys[i];
+            const rl::SyncItem& it = items[i];
+            const std::string at = where + " item " + std::to_string(i) + " " + std::string(rl::algo_name(k.p.algo)) +
+                                   " " + std::to_string(k.p.requests) + "/" + std::to_string(k.p.period_us) +
+                                   "us burst " + std::to_string(k.p.burst) + " state {" + std::to_string(k.s.a) + "," +
+                                   std::to_string(k.s.b) + "," + std::to_string(k.s.c) + "} delta {" +
+                                   std::to_string(it.delta.units) + "," + std::to_string(it.delta.prev) + "," +
+                                   std::to_string(it.delta.at) + "} want " + std::to_string(it.want) + " need " +
+                                   std::to_string(it.need) + " hosts " + std::to_string(it.hosts) + " back " +
+                                   std::to_string(it.give_back) + " at " + std::to_string(it.give_back_at) + " top " +
+                                   std::to_string(it.give_back_top) + " now " + std::to_string(now);
+            ASSERT_EQ(got[i].global, want[i].global) << at << " got {" << got[i].global.a << "," << got[i].global.b
+                                                     << "," << got[i].global.c << "}";
+            ASSERT_EQ(got[i].granted, want[i].granted) << at;
+            ASSERT_EQ(got[i].retry_after_us, want[i].retry_after_us) << at;
+            granted_ += want[i].granted;
+            refused_ += want[i].granted == 0 && it.need > 0;
+
+            const redisReply* exp = exec->element[1 + 3 * i];
+            const redisReply* st = exec->element[3 + 3 * i];
+            const int64_t ttl_ms = rl::ceil_div(dec[i].reset_us, 1000) + 1;
+            if (exp->integer == -2 && written[i] && t1 - t0 >= ttl_ms) {
+                k.s = rl::State{};  // expired in real time before PERSIST (a 1-2 ms TTL on a stalled machine)
+                continue;
+            }
+            k.s = want[i].global;
+            if (!written[i]) {
+                ASSERT_LT(exp->integer, 0) << at << ": a TTL set on a key that was not written";
+                continue;
+            }
+            writes_++;
+            ASSERT_EQ(st->type, REDIS_REPLY_STRING) << at;
+            ASSERT_EQ(st->len, 24u) << at;
+            double d[3];
+            std::memcpy(d, st->str, 24);  // little-endian hosts (as the writer's fast path)
+            ASSERT_EQ(rl::State({static_cast<int64_t>(d[0]), static_cast<int64_t>(d[1]), static_cast<int64_t>(d[2])}),
+                      k.s)
+                << at;
+            if (exp->integer == -2) continue;
+            ASSERT_GE(ttl_ms, exp->integer - t1) << at << ": TTL shorter than the reset";
+            ASSERT_LE(ttl_ms, exp->integer - t0) << at << ": TTL longer than reset + 2 ms";
+        }
+    }
+
+    void timeline(rl::Algo algo, uint64_t seed, int calls) {
+        std::mt19937_64 rng(seed);
+        auto pick = [&rng](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+        static const int64_t kRequests[] = {1, 3, 10, 100, 999, 1000000};
+        static const int64_t kPeriods[] = {1000, 333333, kSec, 60 * kSec, 86400 * kSec};
+        std::vector<SyncKey> keys(4);
+        for (size_t i = 0; i < keys.size(); i++) {
+            SyncKey& k = keys[i];
+            k.p = rltest::policy(algo, kRequests[pick(6)], kPeriods[pick(5)], rl::is_bucket(algo) ? pick(20) : 0);
+            k.zone = "z" + std::to_string(seed) + "_" + std::to_string(i);
+            k.hash = rl::KeyHash{rng(), rng()};
+            k.redis_key.resize(rl::redis_key_len(kPrefix, k.zone, algo));
+            k.redis_key.resize(rl::redis_key(k.redis_key.data(), kPrefix, k.zone, k.hash, algo));
+        }
+        int64_t now = kT0 + pick(kSec);
+        for (int call = 0; call < calls && !HasFatalFailure(); call++) {
+            std::vector<SyncKey*> ks;
+            std::vector<rl::SyncItem> items;
+            for (SyncKey& k : keys) {
+                if (pick(3) == 0) continue;
+                const rl::Policy& p = k.p;
+                const int64_t cap = p.capacity();
+                rl::SyncItem it;
+                it.zone = k.zone;
+                it.hash = k.hash;
+                it.policy = &k.p;
+                int64_t t = now - pick(2 * p.period_us + 1);
+                for (int64_t n = pick(4); n > 0; n--) {
+                    t += pick(p.period_us / 2 + 1);
+                    rl::delta_add(it.delta, p, t, pick(8) == 0 ? -1 - pick(cap) : 1 + pick(pick(4) == 0 ? 3 * cap : 3));
+                }
+                it.want = pick(4) == 0 ? 0 : pick(cap + 3);
+                it.need = pick(3) == 0 ? 1 + pick(cap + 1) : 0;
+                it.hosts = 1 + pick(8);
+                if (pick(4) == 0 && k.lease.units > 0) {
+                    it.give_back = k.lease.units;
+                    it.give_back_at = k.lease.at;
+                    it.give_back_top = k.lease.top;
+                    k.lease = rl::Lease{};
+                } else if (pick(10) == 0) {
+                    it.give_back = 1 + pick(cap);
+                    it.give_back_at = now - pick(p.period_us + 1);
+                    it.give_back_top = pick(p.depth + 1);
+                }
+                ks.push_back(&k);
+                items.push_back(it);
+            }
+            if (items.empty()) continue;
+            std::vector<rl::SyncResult> results;
+            run_call(ks, items, now, "seed " + std::to_string(seed) + " call " + std::to_string(call), &results);
+            for (size_t i = 0; i < results.size(); i++) {
+                rl::lease_add(ks[i]->lease, ks[i]->p, now, results[i].granted, results[i].global);
+            }
+            // Time: bursts at one instant, small steps, around the period, a clock that goes back.
+            switch (pick(8)) {
+                case 0: break;
+                case 1: now -= pick(keys[0].p.period_us / 2 + 1); break;
+                case 2: now += pick(3 * keys[0].p.period_us + 1); break;
+                default: now += pick(keys[0].p.period_us / keys[0].p.capacity() * 3 + 2); break;
+            }
+        }
+    }
+
+    std::unique_ptr<rltest::RedisServer> server_;
+    rltest::Context conn_;
+    int64_t granted_ = 0, refused_ = 0, writes_ = 0;
+};
+
+INSTANTIATE_TEST_SUITE_P(Lua, SyncDiff, ::testing::Values(rl::CommandScript::fcall, rl::CommandScript::evalsha),
+                         [](const ::testing::TestParamInfo<rl::CommandScript>& i) {
+                             return std::string(i.param == rl::CommandScript::fcall ? "FCALL" : "EVALSHA");
+                         });
+
+TEST_P(SyncDiff, Timelines) {
+    const rl::Algo algos[] = {rl::Algo::gcra, rl::Algo::token, rl::Algo::leaky, rl::Algo::fixed, rl::Algo::sliding};
+    for (rl::Algo a : algos) {
+        for (uint64_t seed = 1; seed <= 6 && !HasFatalFailure(); seed++) timeline(a, seed * 31 + static_cast<uint64_t>(a), 150);
+    }
+    std::printf("sync diff: %lld units granted, %lld needs refused, %lld states written\n",
+                static_cast<long long>(granted_), static_cast<long long>(refused_), static_cast<long long>(writes_));
+    EXPECT_GT(granted_, 0);
+    EXPECT_GT(refused_, 0);
+    EXPECT_GT(writes_, 1000);
+}
+
+}  // namespace
+
+namespace {
+
+// The heartbeat: each host's latest time; hosts silent for a window are dropped.
+TEST_P(SyncDiff, HostsHeartbeat) {
+    redisContext* c = conn_.get();
+    auto beat = [&](std::string_view host, int64_t now) -> int64_t {
+        rl::CommandScript script = GetParam();
+        size_t len = rl::hosts_command_len(script, true, kPrefix, "api", host, kSec, now);
+        std::string cmd(len, '?');
+        EXPECT_EQ(rl::write_hosts_command(cmd.data(), script, true, kPrefix, "api", host, kSec, now), len);
+        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+        Reply r = rltest::next_reply(c);
+        EXPECT_TRUE(r && r->type == REDIS_REPLY_INTEGER) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+        return r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    };
+    EXPECT_EQ(beat("host-a", kT0), 1);
+    EXPECT_EQ(beat("host-b", kT0 + 1000), 2);
+    EXPECT_EQ(beat("host-a", kT0 + 500000), 2);      // again: still two
+    EXPECT_EQ(beat("host-b", kT0 + kSec + 400000), 2);  // a's last beat is 0.9 s old: kept
+    EXPECT_EQ(beat("host-b", kT0 + kSec + 600000), 1);  // now 1.1 s: dropped
+    Reply ttl = rltest::command(c, {"PTTL", std::string(kPrefix) + "{api}:hosts"});
+    ASSERT_TRUE(ttl && ttl->type == REDIS_REPLY_INTEGER);
+    EXPECT_GT(ttl->integer, 1000);  // two windows
+    EXPECT_LE(ttl->integer, 2002);
+}
+
+// A log item is refused (its state is not counts that hosts can add), and nothing is written.
+TEST_P(SyncDiff, LogRefused) {
+    rl::Policy p = rltest::policy(rl::Algo::log, 10, kSec);
+    rl::SyncItem it;
+    it.zone = "z";
+    it.policy = &p;
+    it.want = 1;
+    std::string cmd = build({it}, kT0);
+    redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
+    Reply r = rltest::next_reply(conn_.get());
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ERROR);
+    EXPECT_NE(std::string(r->str).find("bad item 1"), std::string::npos) << r->str;
+    Reply n = rltest::command(conn_.get(), {"DBSIZE"});
+    EXPECT_EQ(n->integer, 0);
+}
+
+}  // namespace
