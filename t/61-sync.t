@@ -2,7 +2,7 @@
 #  - nginx -t: `log` with sync= refused saying why; the other parameter rules.
 #  - Deltas not lost: N requests admitted across the hosts => the global state in Redis holds
 #    exactly N once they are quiet, for the five algorithms in both modes (lease: unspent units
-#    given back).
+#    given back; on buckets only by a host whose grants lie on top, else they drain: at least N).
 #  - Lease: requests on fresh keys, concurrent on every worker, far below the limit: all admitted.
 #  - One host alone at 80% of the limit: a sync zone admits what shared memory admits.
 #  - A hot key hammered from both hosts for many intervals: lease admits at most what one exact
@@ -57,6 +57,10 @@ for my $m (@modes) {
         zone(name => "h_${m}_$a", algo => $a, mode => $m,
             $b ? (requests => 5, period => 1, burst => 19)
                : (requests => ($m eq 'lease' ? 30 : 40), period => $day));
+    }
+    if ($m eq 'lease') {    # give-back by one host
+        zone(name => "g_lease_$_", algo => $_, mode => $m, requests => 10, period => 3600, burst => 999)
+          for qw(gcra token leaky);
     }
     zone(name => "k_$m",  algo => 'fixed', mode => $m, requests => 1000, period => $day);  # Redis killed
     zone(name => "kd_$m", algo => 'fixed', mode => $m, requests => 5,    period => $day);  # ... decided meanwhile
@@ -138,8 +142,26 @@ sub statuses_ok {
     is($r->{200} // 0, 1200, 'not lost: all 1200 requests admitted (120 per zone)') or diag(explain $r);
     is(join(',', sort keys %{ $r->{':values'} }), 'PASSED', 'not lost: every request decided while Redis is up');
     for my $z (@nz) {
-        my $got = settle($redis, $z, 120, 5);
-        is($got, 120, "not lost, $z->{algo} $z->{mode}: 120 admitted on 2 hosts, the global state holds 120");
+        if ($z->{mode} eq 'lease' && is_bucket($z)) {
+            # Unspent units below another host's grant are not given back: they drain at the
+            # limit's rate (src/core/sync.h, give_back). What was admitted is there all the same.
+            my (undef, $got) = settle($redis, $z, 120, extra => 1e9, timeout => 3);
+            cmp_ok($got, '>=', 120, "not lost, $z->{algo} lease: 120 admitted on 2 hosts, the global state holds them");
+            note("not lost, $z->{algo} lease: the global state holds $got units: " . ($got - 120)
+              . ' granted ahead and not spent, under the other host\'s grants');
+            next;
+        }
+        my ($ok, $got) = settle($redis, $z, 120);
+        ok($ok, "not lost, $z->{algo} $z->{mode}: 120 admitted on 2 hosts, the global state holds 120") or diag("it holds $got");
+    }
+    # One host alone on a lease bucket: every grant lies on top, so what it did not spend goes
+    # back (all but the fraction of a unit that drained meanwhile: counted as one here)
+    for my $a (qw(gcra token leaky)) {
+        my $z = $Z{"g_lease_$a"};
+        my $r = run_clients($n1->port, "/$z->{name}?k=g", 4, 25, keepalive => 0);
+        is($r->{200} // 0, 100, "lease $a, one host: 100 admitted");
+        my ($ok, $got) = settle($redis, $z, 100, extra => 1);
+        ok($ok, "lease $a, one host: its unspent units given back, the global state holds the 100 ($got)");
     }
 }
 
@@ -233,7 +255,7 @@ for my $m (@modes) {
     my ($z, $zd) = ($Z{"k_$m"}, $Z{"kd_$m"});
     my $r1 = run_clients(\@ports, "/$z->{name}?k=k", 4, 10, keepalive => 0);
     is($r1->{200} // 0, 40, "Redis killed, $m: 40 admitted before");
-    is(settle($redis, $z, 40, 5), 40, "Redis killed, $m: the global state holds them");
+    ok((settle($redis, $z, 40))[0], "Redis killed, $m: the global state holds them");
     $redis->kill_now('KILL');
     sleep 3 * $T + 0.5;    # a round fails
     my $r2 = run_clients(\@ports, "/$z->{name}?k=k", 4, 15, keepalive => 0, record => 'X-Status');
@@ -245,10 +267,11 @@ for my $m (@modes) {
     my $down_admitted = $rd->{200} // 0;
     cmp_ok($down_admitted, '<=', $H * $zd->{requests}, "Redis down, $m: at most the limit per host");
     $redis->restart;
-    is(settle($redis, $z, 60, 10), 60,
-        "Redis back, $m: the 60 admitted while it was away are added (its state was lost with it)");
-    is(settle($redis, $zd, $down_admitted, 5), $down_admitted,
-        "Redis back, $m: so are the $down_admitted of the small limit");
+    my ($ok, $got) = settle($redis, $z, 60, timeout => 10);
+    ok($ok, "Redis back, $m: the 60 admitted while it was away are added (its state was lost with it)")
+      or diag("it holds $got");
+    ($ok, $got) = settle($redis, $zd, $down_admitted);
+    ok($ok, "Redis back, $m: so are the $down_admitted of the small limit") or diag("it holds $got");
     if ($m eq 'optimistic') {
         # each host's view becomes the new global state (and what the other adds to it)
         my ($t1, $j1, $l1) = converge($n1, "/$z->{name}?k=k", $z->{requests}, 60);
@@ -270,7 +293,8 @@ for my $m (@modes) {
     my $n = $r->{200} // 0;
     statuses_ok($r, "reload, $m", 200);
     cmp_ok($n, '>', 100, "reload, $m: requests admitted across the reload ($n)");
-    is(settle($redis, $z, $n, 4 * $z->{sync} + 4), $n, "reload, $m: the global state holds all $n (sync=2s)");
+    my ($ok, $got) = settle($redis, $z, $n, timeout => 4 * $z->{sync} + 4);
+    ok($ok, "reload, $m: the global state holds all $n (sync=2s)") or diag("it holds $got");
 }
 
 # ---------------------------------------------------------------- graceful stop
@@ -283,7 +307,9 @@ for my $m (@modes) {
 $n2->stop;
 for my $m (@modes) {
     my $z = $Z{"s_$m"};
-    is(settle($redis, $z, 30, 1, 0.5), 30, "stop, $m: after a graceful stop the global state holds all 30");
+    # lease: all but the fraction of a unit that drained meanwhile goes back (counted as one)
+    my ($ok, $got) = settle($redis, $z, 30, timeout => 1, after => 0.5, extra => $m eq 'lease' ? 1 : 0);
+    ok($ok, "stop, $m: after a graceful stop the global state holds all 30") or diag("it holds $got");
 }
 
 done_testing;

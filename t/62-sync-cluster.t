@@ -71,8 +71,12 @@ sub only_codes {
     is($r->{200} // 0, 960, 'not lost: all 960 requests admitted (160 per zone, over 20 keys)') or diag(explain $r);
     is(join(',', sort keys %{ $r->{':values'} }), 'PASSED', 'not lost: every request decided');
     for my $z (@nz) {
-        my $got = settle($c, $z, 160, 8);
-        is($got, 160, "not lost, $z->{algo} $z->{mode}: 160 admitted on 2 hosts, the states on the primaries add up to 160");
+        # lease buckets: unspent units under another host's grants drain instead (t/61-sync.t)
+        my $lb = $z->{mode} eq 'lease' && is_bucket($z);
+        my ($ok, $got) = settle($c, $z, 160, timeout => $lb ? 3 : 8, extra => $lb ? 1e9 : 0);
+        ok($ok, "not lost, $z->{algo} $z->{mode}: 160 admitted on 2 hosts, the states on the primaries add up to "
+          . ($lb ? 'at least ' : '') . 160) or diag("they hold $got");
+        note("not lost, $z->{algo} lease: the states hold $got") if $lb;
         my %nodes = map { $_->[1]->port => 1 } $c->scan("rl:{$z->{name}:*");
         is(scalar(keys %nodes), 3, "not lost, $z->{algo} $z->{mode}: its 20 keys are on all three primaries");
     }
@@ -106,7 +110,8 @@ for my $m (@modes) {
 }
 $n2->stop;
 for my $m (@modes) {
-    is(settle($c, $Z{"s_$m"}, 30, 1, 0.5), 30, "stop, $m: after a graceful stop the states on the primaries hold all 30");
+    my ($ok, $got) = settle($c, $Z{"s_$m"}, 30, timeout => 1, after => 0.5);
+    ok($ok, "stop, $m: after a graceful stop the states on the primaries hold all 30") or diag("they hold $got");
 }
 
 done_testing;

@@ -11,10 +11,11 @@ package RLTest::Sync;
 #                                    over its keys (buckets: each key's level rounded up; see
 #                                    units_of_state), and how many keys; $store: RLTest::Redis or
 #                                    RLTest::RedisCluster
-#   settle($store, $z, $want, $timeout [, $after])  polls zone_count until it is $want (at most
-#                                    $timeout seconds), then waits $after seconds more (3 sync
-#                                    intervals, at most 2 s) and reads it again: a count that
-#                                    only passes by on its way elsewhere fails
+#   settle($store, $z, $want, %o)    polls zone_count until it is $want (up to $want + o{extra},
+#                                    default 0) for o{timeout} seconds (5), then waits o{after}
+#                                    seconds more (3 sync intervals, at most 2 s) and reads it
+#                                    again: a count that only passes by on its way elsewhere
+#                                    fails -> (ok, count)
 #   exact_bound($z, $t0, $t1)        the most one exact limiter admits from a fresh key in [t0, t1]
 #   hammer(\@ports, $path, %o)       o{clients} (8) send for o{seconds} (2.5), o{gap} (4 ms) apart
 #   paced(\@ports, $path, %o)        each client sends o{rate} requests/s for o{seconds}
@@ -118,18 +119,21 @@ sub zone_count {
 }
 
 sub settle {
-    my ($store, $z, $want, $timeout, $after) = @_;
-    my $deadline = time + ($timeout // 5);
+    my ($store, $z, $want, %o) = @_;
+    my $extra = $o{extra} // 0;
+    my $ok = sub { $_[0] >= $want && $_[0] <= $want + $extra };
+    my $deadline = time + ($o{timeout} // 5);
     my $got;
     while (1) {
         $got = eval { zone_count($store, $z) } // -1;
-        last if $got == $want || time > $deadline;
+        last if $ok->($got) || time > $deadline;
         sleep 0.05;
     }
-    return $got unless $got == $want;
-    $after //= 3 * $z->{sync} < 2 ? 3 * $z->{sync} : 2;
+    return (0, $got) unless $ok->($got);
+    my $after = $o{after} // (3 * $z->{sync} < 2 ? 3 * $z->{sync} : 2);
     sleep $after;
-    return eval { zone_count($store, $z) } // -1;
+    $got = eval { zone_count($store, $z) } // -1;
+    return ($ok->($got) ? 1 : 0, $got);
 }
 
 sub exact_bound {
