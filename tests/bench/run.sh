@@ -864,11 +864,14 @@ load_case() {
 #    8 socket-errors   9 requests   10 redis-cpu%   11 redis-ms-per-1000-checks
 #   12 p99-alone(ms)   13 error-log-lines   14 redis-cpu%-per-node (a/b/c)   15 checks-per-script-call
 #   16 softirq-cpu%   17 all CPUs busy (% of one CPU; irq, softirq included)
-#   18 Redis commands per 1000 requests (INFO commandstats, INFO itself left out)
+#   18 Redis commands per 1000 requests (INFO commandstats, INFO itself left out; the
+#      commands scripts run count too)
 #   19 Redis CPU ms per 1000 requests (INFO cpu: used_cpu_sys + used_cpu_user)
+#   20 Redis calls per 1000 requests: script calls (EVAL, EVALSHA, FCALL), all the module sends
+#      once connected (checks, refunds, sync rounds, heartbeats, lease asks)
 # CPU shares are of the wall time of the measured run, in % of one CPU. "other" is what else was
 # busy on the CPUs the case uses (other processes; irq/softirq apart, in field 16): a high value
-# means a disturbed run. Fields 10, 11, 14, 15, 18, 19 are "-" for a case without Redis.
+# means a disturbed run. Fields 10, 11, 14, 15, 18-20 are "-" for a case without Redis.
 HZ=$(getconf CLK_TCK)
 measure() {
     local i=$1 out=$2 w=${WORKERS[$1]} srv rp="" cpus p0 p1 r0 r1 a0 a1 b0 b1 c0 c1 w0 w1 reqs
@@ -921,7 +924,7 @@ measure() {
             split(b0, x); split(b1, y); busy = (y[1] - x[1]) / hz; soft = (y[2] - x[2]) / hz
             split(m0, x); split(m1, y); machine = (y[1] - x[1] + y[2] - x[2]) / hz
             other = busy - ng - w - a / hz; if (other < 0) other = 0
-            rc = "-"; rms = "-"; per = "-"; cpc = "-"; cmk = "-"; icms = "-"
+            rc = "-"; rms = "-"; per = "-"; cpc = "-"; cmk = "-"; icms = "-"; kk = "-"
             if (redis != "") {
                 m = split(r0, u); split(r1, v); tot = 0; per = ""
                 for (j = 1; j <= m; j++) { d = (v[j] - u[j]) / hz; tot += d
@@ -931,10 +934,11 @@ measure() {
                 cpc = sprintf("%.1f", (k ? n / k : 0))
                 cmk = sprintf("%.3f", (n ? 1000 * cm / n : 0))
                 icms = sprintf("%.3f", (n ? 1e6 * (ic1 - ic0) / n : 0))
+                kk = sprintf("%.3f", (n ? 1000 * k / n : 0))
             }
-            printf "%s %s %.2f %.0f %.0f %d %.0f %d %d %s %s %s %d %s %s %.0f %.0f %s %s\n", rps, p99, (n ? 1e6 * ng / n : 0),
+            printf "%s %s %.2f %.0f %.0f %d %.0f %d %d %s %s %s %d %s %s %.0f %.0f %s %s %s\n", rps, p99, (n ? 1e6 * ng / n : 0),
                 100 * ng / wall, 100 * w / wall, non2xx, 100 * other / wall, sock, n, rc, rms, lat, elog, per, cpc,
-                100 * soft / wall, 100 * machine / wall, cmk, icms }' >"$out.res"
+                100 * soft / wall, 100 * machine / wall, cmk, icms, kk }' >"$out.res"
 }
 
 # wait_quiet: before a measurement, wait (at most QUIET_WAIT seconds) until the two CPUs are
@@ -964,10 +968,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
         for ((attempt = 0; attempt <= RETRIES; attempt++)); do
             wait_quiet
             measure "$i" "$out"
-            read -r rps p99 us_req ncpu_pct wcpu_pct non2xx other_pct sock reqs rcpu rms lat elog rper cpc soft mach cmk _ <"$out.res"
-            say "$(printf '[%d/%d] round %d %-19s %7.0f req/s p99 %s ms (alone %s) nginx %3s%% %5s us/req wrk %3s%% redis %s%% (%s) %s ms/1k, %s/call, %s cmds/1k other %s%% softirq %s%% all %s%% non-2xx %s err %s log %s' \
+            read -r rps p99 us_req ncpu_pct wcpu_pct non2xx other_pct sock reqs rcpu rms lat elog rper cpc soft mach cmk _ kk <"$out.res"
+            say "$(printf '[%d/%d] round %d %-19s %7.0f req/s p99 %s ms (alone %s) nginx %3s%% %5s us/req wrk %3s%% redis %s%% (%s) %s ms/1k, %s/call, %s calls/1k, %s cmds/1k other %s%% softirq %s%% all %s%% non-2xx %s err %s log %s' \
                 "$k" "$total" "$round" "$name" "$rps" "$p99" "$lat" "$ncpu_pct" "$us_req" "$wcpu_pct" "$rcpu" "$rper" \
-                "$rms" "$cpc" "$cmk" "$other_pct" "$soft" "$mach" "$non2xx" "$sock" "$elog")"
+                "$rms" "$cpc" "$kk" "$cmk" "$other_pct" "$soft" "$mach" "$non2xx" "$sock" "$elog")"
             ((other_pct <= OTHER_MAX || $(date +%s) - START_TIME >= MAX_TIME)) && break
             if ((attempt < RETRIES)); then
                 say "   disturbed (other ${other_pct}% > ${OTHER_MAX}%): measuring again"
@@ -1168,10 +1172,11 @@ done
 if printf '%s\n' "${SYNC_ORDER[@]}" | grep -q '^sync-'; then
     echo
     echo "Sync zones (sync=100ms), against the same limit in shared memory and in Redis per request, same run"
-    echo "(ratios: median over rounds of the same-round ratio; Redis: INFO commandstats and INFO cpu before/after each run):"
+    echo "(ratios: median over rounds of the same-round ratio; Redis: INFO commandstats and INFO cpu before/after each run;"
+    echo "calls: the script calls the module sends, FCALL or EVALSHA; commands: every command Redis ran, inside scripts too):"
     echo
-    echo "| case | keys | req/s | vs plain | vs shared memory | vs Redis per request | Redis commands per 1000 requests | Redis CPU per 1000 requests | non-2xx |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| case | keys | req/s | vs plain | vs shared memory | vs Redis per request | Redis calls per 1000 requests | Redis commands per 1000 requests (in scripts too) | Redis CPU per 1000 requests | non-2xx |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for name in "${SYNC_ORDER[@]}"; do
         i=${IDX[$name]}
         keys=1
@@ -1181,9 +1186,10 @@ if printf '%s\n' "${SYNC_ORDER[@]}" | grep -q '^sync-'; then
         vs_shm="-" vs_redis="-"
         [[ $name != "$shm" ]] && vs_shm=$(ratio "$name" "$shm")
         [[ $name != "$redis" ]] && vs_redis=$(ratio "$name" "$redis")
-        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(label_of "$name")" "$keys" \
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(label_of "$name")" "$keys" \
             "$(awk -v r="${RPS[$name]}" 'BEGIN { printf "%d", r + 0.5 }')" "$(ratio "$name" "$(plain_of "${KIND[$i]}" 1)")" \
-            "$vs_shm" "$vs_redis" "$(fmt '%.2f' "$(col "$name" 18)")" "$(fmt '%.3f ms' "$(col "$name" 19)")" \
+            "$vs_shm" "$vs_redis" "$(fmt '%.2f' "$(col "$name" 20)")" "$(fmt '%.1f' "$(col "$name" 18)")" \
+            "$(fmt '%.3f ms' "$(col "$name" 19)")" \
             "$(cat "$TMP/out/$name".*.res | awk '{ a += $6 } END { print a + 0 }')"
     done
     echo
@@ -1193,8 +1199,8 @@ if printf '%s\n' "${SYNC_ORDER[@]}" | grep -q '^sync-'; then
     target "$(keys_label) keys >= 0.85x shared memory:" sync-gcra-1M gcra-1M 0.85
     for name in sync-gcra sync-lease-gcra; do
         [[ -n ${RPS[$name]:-} ]] || continue
-        c=$(col "$name" 18)
-        printf '  %-40s %-20s %s Redis commands per 1000 requests %s\n' "hot key: <= 10 Redis commands per 1000:" "$name" "$c" \
+        c=$(col "$name" 20)
+        printf '  %-40s %-20s %s Redis calls per 1000 requests %s\n' "hot key: <= 10 Redis calls per 1000:" "$name" "$c" \
             "$(awk -v c="$c" 'BEGIN { print ((c != "nan" && c <= 10) ? "met" : "NOT met") }')"
     done
 fi
