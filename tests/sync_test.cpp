@@ -241,6 +241,14 @@ TEST(SyncLease, BucketsDrainFromTheirTopAndGiveBackOnlyOnTop) {
     // b is on top: its units go back.
     rl::State r = rl::give_back(s, p, kT0 + 1000, 4, b.at, b.top);
     EXPECT_EQ(remaining(r, p, kT0 + 1000), 6);
+    // Spending when the lower units have drained: they are gone, not spent later. (Keeping
+    // them would let the host spend their count again from the top: the simulation's replay
+    // caught that as an admission beyond one limiter.)
+    rl::Lease d{2, 2 * p.token, kT0};  // two units at the bottom of the bucket
+    EXPECT_EQ(rl::lease_usable(d, p, kT0 + 50000), 1);
+    EXPECT_TRUE(rl::lease_take(d, p, kT0 + 50000, 1));
+    EXPECT_EQ(d.units, 0);
+    EXPECT_EQ(rl::lease_usable(d, p, kT0 + 50000), 0);
     // Stacked: more units on an unspent lease count just above it.
     rl::Lease c;
     rl::lease_add(c, p, kT0, 2, rl::apply_delta(rl::State{}, p, kT0, rl::Delta{2, 0, kT0}));

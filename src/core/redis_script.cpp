@@ -465,15 +465,19 @@ local function first_bad(blob)
   return nil
 end
 
-local sync_run  -- the modes of sync zones (below): only a call in those modes builds its functions
-
 -- The call (KEYS and ARGV of redis_command.h).
 local function run(keys, argv)
   bind()
   local mode, blob = argv[1], argv[3]
   local refunding = mode == 'refund'
   if (mode ~= 'decide' and not refunding) or #argv ~= 3 then
-    if mode == 'sync' or mode == 'hosts' then return sync_run(keys, argv) end  -- off decide's path
+    if mode == 'sync' or mode == 'hosts' then
+      -- Sync zones: a function literal (below), so that only such a call builds its closures.
+      return ()lua";
+
+// The rest of run, after the sync modes' function literal.
+constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
+    end
     return redis.error_reply('ERR ratelimit script: bad arguments')
   end
   local ngroups, nkeys = shape(blob)
@@ -593,9 +597,8 @@ end
 
 constexpr char kSync[] = R"lua(
 -- sync.cpp and sync_command.h: the calls of sync zones. Per item: give_back, apply_delta,
--- grant, then one write. Its functions are locals of sync_run, built only by such a call.
-
-sync_run = function(keys, argv)
+-- grant, then one write.
+function(keys, argv)
   local now = clock(argv)
   if not now then return redis.error_reply('ERR ratelimit script: bad time') end
   if argv[1] == 'hosts' then
@@ -758,8 +761,7 @@ sync_run = function(keys, argv)
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
   end
   return out
-end
-)lua";
+end)lua";
 
 // The two variants: where `now` comes from.
 constexpr char kClockFromArgv[] = R"lua(
@@ -809,7 +811,7 @@ constexpr Text<(Ns + ...) - sizeof...(Ns) + 1> join(const char (&... parts)[Ns])
 
 // Everything but the clock, which each variant puts before `run`'s definition.
 #define RL_LUA_BEFORE_CLOCK kHead, kBucket, kGcra, kToken, kLeaky, kFixed, kSliding, kLog, kRefund
-#define RL_LUA_AFTER_CLOCK kDecide, kSync
+#define RL_LUA_AFTER_CLOCK kDecide, kSync, kDecideAfterSync
 
 constexpr auto kProduction = join(RL_LUA_BEFORE_CLOCK, kClockFromRedis, RL_LUA_AFTER_CLOCK, kEvalCall);
 constexpr auto kInjected = join(RL_LUA_BEFORE_CLOCK, kClockFromArgv, RL_LUA_AFTER_CLOCK, kEvalCall);

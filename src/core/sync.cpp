@@ -191,8 +191,11 @@ void lease_add(Lease& l, const Policy& p, int64_t now, int64_t granted, const St
 
 bool lease_take(Lease& l, const Policy& p, int64_t now, int64_t cost) {
     if (cost <= 0) return true;
-    if (lease_usable(l, p, now) < cost) return false;
-    l.units -= cost;  // the lowest units go first: the unspent ones stay at the top
+    int64_t usable = lease_usable(l, p, now);
+    if (usable < cost) return false;
+    // The units below the usable ones have drained (or their window is over): gone. Of the
+    // usable, the lowest go first: the unspent ones stay at the top.
+    l.units = usable - cost;
     return true;
 }
 

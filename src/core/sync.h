@@ -8,6 +8,14 @@
 //   the global state it returns becomes the host's view again.
 // lease: a host admits only units Redis granted it (already consumed in the global state),
 //   so the hosts together never admit more than the limit.
+//
+// The optimistic bound, per key (H hosts, interval T, round trip L): a unit one host admits is
+// unseen by the others for at most V = 2T + L (its next send, then their next reply). Each
+// host's view holds at least its own admissions, so in any span t the cluster admits at most
+//   buckets: C + r t + (H - 1)(C + r V)     (C = burst + 1, r = rate), the excess a debt that
+//            the following requests pay (deltas are added uncapped), so the long-run rate is r;
+//   windows: H R per aligned window (each host at most R on its view).
+// Checked by tests/sync_sim_test.cpp.
 #pragma once
 #include <cstdint>
 #include "decision.h"
@@ -79,8 +87,10 @@ static_assert(sizeof(Lease) == 24, "kept in shared-memory slots");
 
 int64_t lease_usable(const Lease& l, const Policy& p, int64_t now);
 
-// Adds `granted` units that Redis granted at `now`, `global` being the state it returned
-// (after the grant).
+// Adds `granted` units that Redis granted at `now` (its clock), `global` being the state it
+// returned (after the grant). Requests that waited for the grant spend the units they needed
+// at the grant (they are admitted as of `now`, even though the reply arrives later): add only
+// the rest, granted - need. (A need beyond the capacity never fits: ask at most capacity().)
 void lease_add(Lease& l, const Policy& p, int64_t now, int64_t granted, const State& global);
 
 // Spends `cost` usable units; false (nothing spent) if fewer are usable.

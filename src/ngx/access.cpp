@@ -115,7 +115,7 @@ void rl_wake(ngx_event_t* ev) noexcept {
 
 void rl_timeout(ngx_event_t* ev) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(ev->data);
-    if (ctx->lease_waits > 0 || ctx->lease.next != nullptr) {
+    if (ctx->lease_waits > 0 || ctx->lease.next != nullptr || ctx->poll.timer_set) {
         rl_sync_lease_cancel(ctx);  // no grant in time: its lease limits fall back
         rl_lease_finished(ctx);
         return;
@@ -133,7 +133,9 @@ ngx_int_t rl_wait(ngx_http_request_t* r, rl_ctx_t* ctx, ngx_msec_t timeout) {
     ctx->wake.handler = rl_wake;
     ctx->wake.data = ctx;
     ctx->wake.log = r->connection->log;
-    ngx_add_timer(&ctx->timer, timeout);
+    if (!ctx->timer.timer_set) {  // a lease wait that looks again keeps its deadline
+        ngx_add_timer(&ctx->timer, timeout);
+    }
     r->read_event_handler = ngx_http_test_reading;  // notices a client that goes away
     r->write_event_handler = ngx_http_request_empty_handler;
     return NGX_AGAIN;
@@ -284,8 +286,9 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         if (ctx->phase == RL_PHASE_LEASED) {
             ctx->phase = RL_PHASE_RETURNED;
             ngx_int_t rc = rl_decide(r, ctx, lcf);
-            if (rc == NGX_AGAIN) return rc;
-            ctx->phase = RL_PHASE_RETURNED;
+            if (rc != NGX_AGAIN && ctx->timer.timer_set) {
+                ngx_del_timer(&ctx->timer);
+            }
             return rc;
         }
         return NGX_DECLINED;  // counted once, not again after a redirect
@@ -353,10 +356,20 @@ void rl_lease_finished(rl_ctx_t* ctx) noexcept {
     if (ctx->timer.timer_set) {
         ngx_del_timer(&ctx->timer);
     }
-    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+    if (ctx->poll.timer_set) {
+        ngx_del_timer(&ctx->poll);
+    }
+    // Limits still waiting could not ask (their own ask did not go out): the fallback decides
+    // them, unless they only looked for another worker's ask (they look again).
+    for (ngx_uint_t i = 0; i < ctx->nresults && !ctx->lease_poll; i++) {
         rl_result_t& res = ctx->results[i];
         if (res.sync & RL_SYNC_WAIT) res.sync = static_cast<uint8_t>((res.sync & ~RL_SYNC_WAIT) | RL_SYNC_WAITED | RL_SYNC_FAILED);
     }
+    ctx->lease_poll = 0;
+    rl_lease_again(ctx);
+}
+
+void rl_lease_again(rl_ctx_t* ctx) noexcept {
     ctx->phase = RL_PHASE_LEASED;
     if (!ctx->wake.posted) {
         ngx_post_event(&ctx->wake, &ngx_posted_events);

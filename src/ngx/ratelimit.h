@@ -131,6 +131,8 @@ enum {
     RL_SYNC_FAILED = 8,   // lease: the grant did not come: decided on the local fallback
     RL_SYNC_LOCAL = 16,   // lease: decided on the local fallback (limit / hosts)
     RL_SYNC_WAITED2 = 32, // lease: it waited twice (others spent the first grant): no more
+    RL_SYNC_NEEDED = 64,  // lease: its cost is in its ask's `need`
+    RL_SYNC_GRANTED = 128, // lease: Redis granted that need: admitted as of the grant
 };
 
 struct rl_ctx_t;
@@ -197,6 +199,8 @@ struct rl_ctx_t {
     ngx_event_t wake;      // posted: resume the request's phases
     ngx_queue_t lease;     // sync.cpp: in its zone's waiting requests (lease_waits > 0)
     ngx_uint_t lease_waits;  // lease grants it waits for
+    ngx_event_t poll;      // sync.cpp: beside another worker's ask, it looks again
+    bool lease_poll;
 };
 
 // access.cpp
@@ -223,6 +227,8 @@ void rl_redis_forget(rl_ctx_t* ctx) noexcept;
 void rl_redis_finished(rl_ctx_t* ctx) noexcept;
 // access.cpp: the lease grants a request waited for came (or did not): it is decided again.
 void rl_lease_finished(rl_ctx_t* ctx) noexcept;
+// ... or it looks again (another worker's ask was in flight): its wait's timeout keeps running.
+void rl_lease_again(rl_ctx_t* ctx) noexcept;
 
 // zone.cpp
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;

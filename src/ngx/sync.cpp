@@ -29,6 +29,7 @@ constexpr ngx_uint_t kMaxRedirects = 5;
 constexpr ngx_msec_t kStaleRound = 3000;    // a round claimed longer ago by a worker that died is over
 constexpr int64_t kStaleAsk = 1000000;      // an ask in flight for longer is given up on (us)
 constexpr size_t kAheadMax = 256;           // background asks queued in one loop turn at most
+constexpr ngx_msec_t kPollMs = 2;           // a request beside another worker's ask looks again after
 
 int64_t now_us() {
     struct timespec ts;
@@ -41,6 +42,7 @@ struct rl_sync_item_t {
     uint32_t ref;    // its slot, to apply the reply (skipped if the slot went to another key)
     uint8_t algo;
     uint16_t slot;   // cluster slot of its Redis key
+    bool need_granted;  // lease: Redis granted `need`: the requests counted in it are admitted
 };
 
 struct rl_sync_batch_t;
@@ -175,6 +177,13 @@ rl::Slot* item_slot(rl_zone_t* zone, const rl_sync_item_t& it) {
     return s->hash == it.si.hash && s->algo == it.algo ? s : nullptr;
 }
 
+rl_sync_item_t* find_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) {
+    for (size_t k = 0; b != nullptr && k < b->nitems; k++) {
+        if (b->items[k].si.hash == hash && b->items[k].algo == algo) return &b->items[k];
+    }
+    return nullptr;
+}
+
 // ---- calls -------------------------------------------------------------------------------
 
 void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
@@ -214,7 +223,7 @@ void call_failed(rl_sync_call_t* call) {
         if (it.si.give_back > 0 && k->lease.units == 0) {  // else they drain in Redis
             k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
         }
-        if (b->lease_ask) k->asked_at = 0;
+        if (it.si.want > 0) k->asked_at = 0;
         rl_sync_mark(h, it.ref);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -224,6 +233,20 @@ void call_failed(rl_sync_call_t* call) {
 void call_settled(rl_sync_call_t* call) {
     rl_sync_batch_t* b = call->batch;
     if (--b->pending == 0) batch_done(b);
+}
+
+// Whether Redis kept a bucket's given-back units (it does when units were granted above them
+// since: rl::give_back), seen from the state after: its level is still above their top. Told
+// from `remaining` (whole units), so a doubt counts as given back: the units are then dropped,
+// which can only leave them to drain.
+bool give_back_refused(const rl::SyncItem& si, const rl::State& global, int64_t now) {
+    const rl::Policy& p = *si.policy;
+    if (!rl::is_bucket(p.algo)) return false;  // windows always take them back
+    // Whole units below their top now: what a lease as high as the top could still use.
+    int64_t top_units = rl::lease_usable(rl::Lease{rl::kExact, si.give_back_top, si.give_back_at}, p, now);
+    // The level after is above depth - (remaining + 1) units: refused if that reaches the top.
+    int64_t remaining = rl::decide(global, p, now, 0).remaining;
+    return p.burst - remaining >= top_units + 1;
 }
 
 // Applies a reply: {now_us, then per key a, b, c, granted, retry_after_us}.
@@ -254,7 +277,7 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
     // Redis ran the call about half a round trip before its reply came.
     h->offset_us = redis_now - (call->sent_us + (local - call->sent_us) / 2);
     for (size_t i = 0; i < call->n; i++) {
-        const rl_sync_item_t& it = b->items[call->first + i];
+        rl_sync_item_t& it = b->items[call->first + i];
         const rl::SyncResult& r = results[i];
         rl::Slot* slot = item_slot(zone, it);
         if (slot == nullptr) continue;  // forgotten since: Redis has its units all the same
@@ -262,9 +285,24 @@ bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
         // The view: the global state plus what this host admitted since the send.
         slot->state = k->unsent.empty() ? r.global : rl::apply_delta(r.global, *it.si.policy, redis_now, k->unsent);
         if (zone->sync_mode != RL_SYNC_LEASE) continue;
-        if (b->lease_ask) k->asked_at = 0;
-        if (r.granted > 0) {
+        if (it.si.want > 0) k->asked_at = 0;
+        if (it.si.give_back > 0 && k->lease.units == 0 && give_back_refused(it.si, r.global, redis_now)) {
+            // Redis granted above these units since (another host): they stay this host's, usable
+            // as they drain, and are given back again once they are on top.
+            k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
+        }
+        // The requests that waited for `need` are admitted as of the grant: the lease keeps the rest.
+        it.need_granted = it.si.need > 0 && r.granted >= it.si.need;
+        int64_t rest = it.need_granted ? r.granted - it.si.need : r.granted;
+        if (r.granted > 0 && k->lease.units > 0 && redis_now < k->lease.at) {
+            // Granted before the units this host already holds (another worker's ask, answered
+            // later): they lie below those, whose top stays the lease's.
+            k->lease.units += rest;
+        } else if (r.granted > 0) {
+            // All of it stacks on the lease, then the need is spent at the grant: the lowest units,
+            // so the rest keeps the grant's top.
             rl::lease_add(k->lease, *it.si.policy, redis_now, r.granted, r.global);
+            if (it.need_granted) rl::lease_take(k->lease, *it.si.policy, redis_now, it.si.need);
             k->used_at = redis_now;  // a fresh grant is not idle
         }
         if (it.si.need > r.granted) {
@@ -464,8 +502,11 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                     si.give_back_at = k->lease.at;
                     si.give_back_top = k->lease.top;
                     k->lease = rl::Lease{};
-                } else if (k->rate > 0 && usable < k->rate) {
-                    si.want = 2 * k->rate - usable;  // ask ahead: two intervals at the recent rate
+                } else if (k->rate > 0 && usable < k->rate && (k->asked_at == 0 || now - k->asked_at >= kStaleAsk)) {
+                    // Ask ahead: two intervals at the recent rate. Not beside an ask in flight:
+                    // grants answered out of order stack lower than they are.
+                    si.want = 2 * k->rate - usable;
+                    k->asked_at = now;
                 }
                 if (k->lease.units > 0) {
                     if (nkeep == keep_cap) {
@@ -595,7 +636,10 @@ void wake_waiters(rl_sync_batch_t* b) {
             rl_result_t& res = ctx->results[i];
             if (res.applied->zone->sync != b->zs || !(res.sync & RL_SYNC_WAIT)) continue;
             int waited = (res.sync & RL_SYNC_WAITED) ? RL_SYNC_WAITED2 : RL_SYNC_WAITED;
-            res.sync = static_cast<uint8_t>((res.sync & ~RL_SYNC_WAIT) | waited | (b->failed ? RL_SYNC_FAILED : 0));
+            const rl_sync_item_t* it = find_item(b, res.hash, static_cast<uint8_t>(res.applied->policy.algo));
+            int granted = it != nullptr && it->need_granted && (res.sync & RL_SYNC_NEEDED) ? RL_SYNC_GRANTED : 0;
+            res.sync = static_cast<uint8_t>((res.sync & ~(RL_SYNC_WAIT | RL_SYNC_NEEDED)) | waited | granted |
+                                            (b->failed ? RL_SYNC_FAILED : 0));
         }
         if (ctx->lease_waits > 0 && --ctx->lease_waits == 0) rl_lease_finished(ctx);
     }
@@ -615,15 +659,8 @@ bool add_waiter(rl_sync_batch_t* b, rl_ctx_t* ctx) {
     return true;
 }
 
-rl_sync_item_t* find_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) {
-    for (size_t k = 0; b != nullptr && k < b->nitems; k++) {
-        if (b->items[k].si.hash == hash && b->items[k].algo == algo) return &b->items[k];
-    }
-    return nullptr;
-}
-
 // A lease ask for one key (zone locked): two intervals at its recent rate (the last round's or
-// this one's so far), and what it admitted while Redis was away.
+// this one's so far; `need` is added by the caller), and what it admitted while Redis was away.
 rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl_sync_zone_t* zs, const rl::KeyHash& hash, uint8_t algo,
                          const rl::Policy* policy, int64_t now) {
     rl::Slot* slot = rl::table_acquire(zs->zone->table, hash, algo, nullptr);
@@ -646,34 +683,52 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
     rl_zone_t* zone = zs->zone;
     ngx_shmtx_lock(&zone->shpool->mutex);
     int64_t now = now_us() + zone->sync_shm->offset_us;
-    for (ngx_queue_t* q = ngx_queue_head(&g_waiting); q != ngx_queue_sentinel(&g_waiting); q = ngx_queue_next(q)) {
-        rl_ctx_t* ctx = ngx_queue_data(q, rl_ctx_t, lease);
-        for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
-            rl_result_t& res = ctx->results[i];
-            if (res.applied->zone != zone || !(res.sync & RL_SYNC_WAIT)) continue;
-            if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
-            if (!add_waiter(b, ctx)) continue;  // out of memory: that request falls back
-            ctx->lease_waits++;
-            auto algo = static_cast<uint8_t>(res.applied->policy.algo);
-            rl_sync_item_t* it = find_item(b, res.hash, algo);
-            if (it == nullptr) {
-                if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
-                it = ask_item(b, zs, res.hash, algo, &res.applied->policy, now);
-                if (it == nullptr) continue;
-            }
-            it->si.need += res.cost;
-            if (it->si.want < it->si.need) it->si.want = it->si.need;
-        }
-    }
-    // Then the keys running low (no request waits for them).
+    // The keys running low first: a request waiting on one of them rides its ask.
     for (size_t i = 0; i < g_nahead; i++) {
         const rl_ahead_t& a = g_ahead[i];
         if (a.zs != zs || find_item(b, a.hash, a.algo) != nullptr) continue;
         if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
         ask_item(b, zs, a.hash, a.algo, a.policy, now);
     }
+    for (ngx_queue_t* q = ngx_queue_head(&g_waiting); q != ngx_queue_sentinel(&g_waiting); q = ngx_queue_next(q)) {
+        rl_ctx_t* ctx = ngx_queue_data(q, rl_ctx_t, lease);
+        for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+            rl_result_t& res = ctx->results[i];
+            if (res.applied->zone != zone || !(res.sync & RL_SYNC_WAIT)) continue;
+            auto algo = static_cast<uint8_t>(res.applied->policy.algo);
+            rl_sync_item_t* it = find_item(b, res.hash, algo);
+            if (it == nullptr) {
+                // One ask at a time per key and host: grants answered out of order would stack
+                // lower than they are (and be hard to give back). Beside another worker's ask,
+                // the request looks again shortly.
+                rl_sync_key_t* k = rl_sync_key(rl::table_acquire(zone->table, res.hash, algo, nullptr));
+                if (k->asked_at != 0 && now - k->asked_at < kStaleAsk) {
+                    ctx->lease_poll = 1;
+                    continue;
+                }
+                if (b == nullptr && (b = batch_new(zs, true)) == nullptr) break;
+                if ((it = ask_item(b, zs, res.hash, algo, &res.applied->policy, now)) == nullptr) continue;
+            }
+            if (!add_waiter(b, ctx)) continue;  // out of memory: that request falls back
+            ctx->lease_waits++;
+            // A need beyond the capacity never fits: the requests beyond it spend what the lease
+            // gets (or wait again).
+            if (it->si.need + res.cost <= res.applied->policy.capacity()) {
+                it->si.need += res.cost;
+                res.sync |= RL_SYNC_NEEDED;
+            }
+            if (it->si.want < it->si.need) it->si.want = it->si.need;
+        }
+    }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     return b;
+}
+
+// A request that found another worker's ask in flight looks again (its timeout still runs).
+void on_poll(ngx_event_t* ev) noexcept {
+    auto* ctx = static_cast<rl_ctx_t*>(ev->data);
+    ctx->lease_poll = 0;
+    rl_lease_again(ctx);
 }
 
 // The end of a loop turn: one ask per lease zone for all the requests that wait on it.
@@ -694,7 +749,11 @@ void on_ask(ngx_event_t*) noexcept {
         ngx_queue_remove(q);
         rl_ctx_t* ctx = ngx_queue_data(q, rl_ctx_t, lease);
         ctx->lease.next = nullptr;
-        if (ctx->lease_waits == 0) rl_lease_finished(ctx);
+        if (ctx->lease_waits == 0 && ctx->lease_poll) {
+            ngx_add_timer(&ctx->poll, kPollMs);
+        } else if (ctx->lease_waits == 0) {
+            rl_lease_finished(ctx);
+        }
     }
     while (!ngx_queue_empty(&ready)) {
         ngx_queue_t* q = ngx_queue_head(&ready);
@@ -786,6 +845,10 @@ bool rl_sync_lease_wait(rl_ctx_t* ctx) noexcept {
     }
     ngx_queue_insert_tail(&g_waiting, &ctx->lease);
     ctx->lease_waits = 0;
+    ctx->lease_poll = 0;
+    ctx->poll.handler = on_poll;
+    ctx->poll.data = ctx;
+    ctx->poll.log = ctx->r->connection->log;
     if (!g_ask.posted) {
         ngx_post_event(&g_ask, &ngx_posted_events);
     }
@@ -803,6 +866,10 @@ void rl_sync_ask_ahead(rl_zone_t* zone, rl::Slot* slot, const rl::Policy* policy
 }
 
 void rl_sync_lease_cancel(rl_ctx_t* ctx) noexcept {
+    if (ctx->poll.timer_set) {
+        ngx_del_timer(&ctx->poll);
+    }
+    ctx->lease_poll = 0;
     if (ctx->lease.next != nullptr) {
         ngx_queue_remove(&ctx->lease);
         ctx->lease.next = nullptr;

@@ -71,6 +71,8 @@ inline void rl_sync_mark(rl_sync_shm_t* h, uint32_t ref) {
 rl::Decision rl_sync_decide(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept;
 void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept;
 void rl_sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept;
+// The request is rejected by another limit: what was granted for it goes back to the lease.
+void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept;
 // The zone's clock: CLOCK_REALTIME + the offset measured at the last sync (zone locked).
 inline int64_t rl_sync_now(const rl_zone_t* zone, int64_t local_now) { return local_now + zone->sync_shm->offset_us; }
 

@@ -35,7 +35,8 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
     int64_t usable = rl::lease_usable(k->lease, p, now);
-    if (usable >= res.cost) {
+    if ((res.sync & RL_SYNC_GRANTED) || usable >= res.cost) {  // granted for it, or in the lease
+        if (res.sync & RL_SYNC_GRANTED) usable += res.cost;
         rl::Decision d = rl::decide(slot->state, p, now, 0);
         d.allowed = true;
         d.remaining = usable - res.cost;
@@ -81,7 +82,10 @@ void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
     if (res.cost <= 0) return;
     k->burst = p.burst;
     if (zone->sync_mode == RL_SYNC_LEASE && !(res.sync & RL_SYNC_LOCAL)) {
-        rl::lease_take(k->lease, p, res.at, res.cost);  // decided on lease_usable under this lock
+        // Decided on lease_usable under this lock; units granted for this very request were
+        // consumed when Redis granted them.
+        if (!(res.sync & RL_SYNC_GRANTED)) rl::lease_take(k->lease, p, res.at, res.cost);
+        res.sync &= ~RL_SYNC_GRANTED;
         k->spent += res.cost;
         k->used_at = res.at;
         // Less left than half an interval's use: more is asked for before it runs out.
@@ -112,6 +116,12 @@ void rl_sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     rl::delta_add(k->unsent, p, delta_time(p, res.at, s), -res.cost);
     rl::refund(s, nullptr, p, now, res.at, res.cost);
     res.decision = rl::decide(s, p, now, 0);
+}
+
+void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept {
+    if (!(res.sync & RL_SYNC_GRANTED)) return;
+    rl_sync_key(slot)->lease.units += res.cost;  // usable as far as the lease still holds
+    res.sync &= ~RL_SYNC_GRANTED;
 }
 
 bool rl_sync_add_policy(rl_zone_t* zone, const rl::Policy& p) noexcept {

@@ -406,6 +406,7 @@ bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
         rl_result_t& res = *results[i];
         if (slots[i] == nullptr) continue;
         if (!all_allowed) {
+            if (res.applied->zone->sync_shm) rl_sync_release(res, slots[i]);
             // Nothing is consumed: the limits that would have allowed report their untouched state.
             if (res.decision.allowed) {
                 res.decision = rl::decide(slots[i]->state, res.applied->policy, res.at, 0, ring_of(res, slots[i]));

@@ -1,0 +1,468 @@
+// Simulation of sync zones: H hosts deciding locally against one limit, reconciled with a
+// Redis modelled by the core's own functions (sync_key: give_back, apply_delta, grant), over
+// random arrival processes. Time is simulated: the whole run takes about a second.
+//
+// optimistic: each host decides on its view (the global state of its last reply plus what it
+//   admitted since its send), sends its delta every T; Redis applies it L/2 later, the reply
+//   (the global state then) arrives L/2 after that. The worst overshoot over all scenarios is
+//   printed against the bound of sync.h, and the test fails if any exceeds it.
+// lease: each host admits only usable lease units (lease_take); a request finding none waits
+//   for one ask (need = 1, want adaptive: what the host admitted in the last 2 T), admitted at
+//   Redis's grant; every T a round asks ahead when the lease runs low and gives back units
+//   unspent for 2 T. All the cluster's admissions, replayed through decide() on one state at
+//   their times, must be allowed (zero overshoot); under-admission against one exact limiter
+//   over the same arrivals is printed and bounded.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <queue>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "algo_test_util.h"
+#include "core/exact_math.h"
+#include "core/sync_command.h"
+
+namespace {
+
+using rltest::kSec;
+constexpr int64_t kMs = 1000;
+constexpr int64_t kStart = 1763900000LL * kSec;
+
+enum class Arrivals { poisson, bursts, hot_host, all_at_once };
+const char* arrivals_name(Arrivals a) {
+    switch (a) {
+        case Arrivals::poisson: return "poisson";
+        case Arrivals::bursts: return "bursts";
+        case Arrivals::hot_host: return "hot host";
+        case Arrivals::all_at_once: return "all at once";
+    }
+    return "";
+}
+
+struct Scenario {
+    rl::Policy p;
+    int hosts;
+    int64_t T, L;  // sync interval, round trip
+    Arrivals arrivals;
+    double load;   // offered load / the limit's rate
+    int64_t duration;
+    uint64_t seed;
+
+    std::string name() const {
+        char buf[200];
+        std::snprintf(buf, sizeof buf, "%s %lld/%lldms burst %lld, H=%d, T=%lldms, L=%lldms, %s x%.1f",
+                      std::string(rl::algo_name(p.algo)).c_str(), static_cast<long long>(p.requests),
+                      static_cast<long long>(p.period_us / kMs), static_cast<long long>(p.burst), hosts,
+                      static_cast<long long>(T / kMs), static_cast<long long>(L / kMs), arrivals_name(arrivals), load);
+        return buf;
+    }
+};
+
+// Per host, the sorted times of its requests (cost 1 each).
+std::vector<std::vector<int64_t>> make_arrivals(const Scenario& sc) {
+    std::mt19937_64 rng(sc.seed);
+    std::vector<std::vector<int64_t>> out(static_cast<size_t>(sc.hosts));
+    const double rate = sc.load * static_cast<double>(sc.p.requests) / static_cast<double>(sc.p.period_us);  // per us
+    const int64_t end = kStart + sc.duration;
+    auto poisson = [&](std::vector<int64_t>& v, double r) {
+        std::exponential_distribution<double> gap(r);
+        for (double t = static_cast<double>(kStart) + gap(rng); t < static_cast<double>(end); t += gap(rng)) {
+            v.push_back(static_cast<int64_t>(t));
+        }
+    };
+    const int64_t cap = sc.p.capacity();
+    switch (sc.arrivals) {
+        case Arrivals::poisson:
+            for (auto& v : out) poisson(v, rate / sc.hosts);
+            break;
+        case Arrivals::hot_host:
+            poisson(out[0], rate * 0.8);
+            for (size_t h = 1; h < out.size(); h++) poisson(out[h], rate * 0.2 / (sc.hosts - 1));
+            break;
+        case Arrivals::bursts: {
+            // Bursts of up to twice the capacity at one host, at random instants, on a thin background.
+            std::exponential_distribution<double> gap(rate / static_cast<double>(cap));
+            for (double t = static_cast<double>(kStart); t < static_cast<double>(end); t += gap(rng)) {
+                auto& v = out[rng() % out.size()];
+                for (int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * cap)); k > 0; k--) {
+                    v.push_back(static_cast<int64_t>(t));
+                }
+            }
+            for (auto& v : out) poisson(v, rate * 0.1 / sc.hosts);
+            break;
+        }
+        case Arrivals::all_at_once: {
+            // Every host bursts the whole capacity at the same instants (the window starts, for windows).
+            int64_t every = std::max<int64_t>(sc.p.period_us / 2, 1);
+            if (!rl::is_bucket(sc.p.algo)) every = sc.p.period_us;
+            for (int64_t t = rl::window_start(kStart, sc.p.period_us) + sc.p.period_us; t < end; t += every) {
+                for (auto& v : out) {
+                    for (int64_t k = 0; k < cap + 2; k++) v.push_back(t);
+                }
+            }
+            for (auto& v : out) poisson(v, rate / sc.hosts);
+            break;
+        }
+    }
+    for (auto& v : out) std::sort(v.begin(), v.end());
+    return out;
+}
+
+// ---- measures --------------------------------------------------------------------------------
+
+// The most admitted beyond what one exact limiter allows, in units: buckets, over any span
+// [t1, t2]: count - C - r (t2 - t1); windows: per aligned window, count - R.
+double overshoot(const rl::Policy& p, std::vector<int64_t> admitted) {
+    std::sort(admitted.begin(), admitted.end());
+    if (admitted.empty()) return 0;
+    if (!rl::is_bucket(p.algo)) {
+        int64_t worst = 0, w = INT64_MIN, n = 0;
+        for (int64_t t : admitted) {
+            int64_t ws = rl::window_start(t, p.period_us);
+            n = ws == w ? n + 1 : 1;
+            w = ws;
+            worst = std::max(worst, n - p.requests);
+        }
+        return static_cast<double>(worst);
+    }
+    // count * P - R * span, maximised over spans: at each admission i (cumulative count A_i),
+    // A_i P - R t_i - min over j <= i of ((A_j - 1) P - R t_j).
+    __int128 best = 0, low = 0;
+    bool first = true;
+    for (size_t i = 0; i < admitted.size(); i++) {
+        __int128 t = admitted[i] - kStart;
+        __int128 before = static_cast<__int128>(i) * p.period_us - static_cast<__int128>(p.requests) * t;
+        if (first || before < low) low = before;
+        first = false;
+        __int128 at = static_cast<__int128>(i + 1) * p.period_us - static_cast<__int128>(p.requests) * t;
+        best = std::max(best, at - low);
+    }
+    return static_cast<double>(best) / static_cast<double>(p.period_us) - static_cast<double>(p.capacity());
+}
+
+// The optimistic bound (sync.h): buckets (H - 1) (C + r (2T + L)); windows (H - 1) R per window.
+double optimistic_bound(const Scenario& sc) {
+    const rl::Policy& p = sc.p;
+    if (!rl::is_bucket(p.algo)) return static_cast<double>((sc.hosts - 1) * p.requests);
+    double r = static_cast<double>(p.requests) / static_cast<double>(p.period_us);
+    return (sc.hosts - 1) * (static_cast<double>(p.capacity()) + r * static_cast<double>(2 * sc.T + sc.L));
+}
+
+// One exact limiter over all the arrivals: what it admits.
+int64_t reference_admitted(const rl::Policy& p, const std::vector<std::vector<int64_t>>& arrivals) {
+    std::vector<int64_t> all;
+    for (const auto& v : arrivals) all.insert(all.end(), v.begin(), v.end());
+    std::sort(all.begin(), all.end());
+    rltest::Key k(p);
+    int64_t n = 0;
+    for (int64_t t : all) n += k.allowed(t);
+    return n;
+}
+
+// ---- the event loop --------------------------------------------------------------------------
+
+struct Event {
+    int64_t t;
+    uint64_t seq;
+    int kind;  // 0 arrival, 1 round (send), 2 at Redis, 3 reply, 4 lease ask
+    int host;
+    size_t msg;  // index into the messages (kinds 2, 3)
+    bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+struct Message {
+    rl::SyncItem item;
+    rl::SyncResult result;
+    int64_t redis_at = 0;
+};
+
+class Sim {
+  public:
+    explicit Sim(const Scenario& sc, bool lease) : sc_(sc), lease_(lease), hosts_(static_cast<size_t>(sc.hosts)) {}
+
+    std::vector<int64_t> run(const std::vector<std::vector<int64_t>>& arrivals) {
+        std::mt19937_64 rng(sc_.seed * 7 + 1);
+        for (int h = 0; h < sc_.hosts; h++) {
+            for (int64_t t : arrivals[static_cast<size_t>(h)]) push(t, 0, h, 0);
+            push(kStart + static_cast<int64_t>(rng() % static_cast<uint64_t>(sc_.T)), 1, h, 0);  // its phase
+        }
+        const int64_t end = kStart + sc_.duration;
+        while (!q_.empty()) {
+            Event e = q_.top();
+            q_.pop();
+            if (e.kind == 1 && e.t > end) continue;
+            Host& h = hosts_[static_cast<size_t>(e.host)];
+            switch (e.kind) {
+                case 0: arrival(h, e.host, e.t); break;
+                case 1: round(h, e.host, e.t); break;
+                case 2: at_redis(e.host, e.msg, e.t); break;
+                case 3: reply(h, e.msg, e.t); break;
+                case 4: ask(h, e.host, e.t); break;
+            }
+        }
+        return admitted_;
+    }
+
+  private:
+    struct Host {
+        rl::State view;     // optimistic
+        rl::Delta unsent;
+        rl::Lease lease;    // lease
+        int64_t granted_at = 0;
+        int64_t asking = 0;             // lease asks in flight
+        int64_t pending = 0;            // requests of this instant waiting for an ask to be sent
+        int64_t waiting = 0;            // requests waiting for the ask in flight
+        std::vector<int64_t> recent;    // lease: admission times in the last 2 T
+    };
+
+    void push(int64_t t, int kind, int host, size_t msg) { q_.push(Event{t, seq_++, kind, host, msg}); }
+
+    void admit(Host& h, int64_t t) {
+        admitted_.push_back(t);
+        h.recent.push_back(t);
+    }
+
+    int64_t want_of(Host& h, int64_t t) {
+        auto old = std::find_if(h.recent.begin(), h.recent.end(), [&](int64_t x) { return x > t - 2 * sc_.T; });
+        h.recent.erase(h.recent.begin(), old);
+        return static_cast<int64_t>(h.recent.size()) + 1;
+    }
+
+    size_t send(int host, const rl::SyncItem& item, int64_t t) {
+        msgs_.push_back(Message{item, rl::SyncResult{}, 0});
+        push(t + sc_.L / 2, 2, host, msgs_.size() - 1);
+        return msgs_.size() - 1;
+    }
+
+    rl::SyncItem item() const {
+        rl::SyncItem it;
+        it.zone = "sim";
+        it.policy = &sc_.p;
+        it.hosts = sc_.hosts;
+        return it;
+    }
+
+    void arrival(Host& h, int host, int64_t t) {
+        if (!lease_) {
+            rl::Decision d = rl::decide(h.view, sc_.p, t, 1);
+            if (!d.allowed) return;
+            h.view = d.next;
+            rl::delta_add(h.unsent, sc_.p, rl::is_bucket(sc_.p.algo) ? t : std::max(t, h.view.a), 1);
+            admit(h, t);
+            return;
+        }
+        if (rl::lease_take(h.lease, sc_.p, t, 1)) {
+            admit(h, t);
+            return;
+        }
+        if (h.pending > 0) {
+            h.pending++;  // the same loop turn: one ask for all
+        } else if (h.asking > 0) {
+            h.waiting++;  // served by the surplus of the ask in flight, if any
+        } else {
+            h.pending = 1;
+            push(t, 4, host, 0);  // sent at the end of this instant's arrivals
+        }
+    }
+
+    // A lease ask for the requests waiting since this instant: need them all, want more ahead.
+    void ask(Host& h, int host, int64_t t) {
+        rl::SyncItem it = item();
+        // More than the capacity never fits: those beyond it wait for the surplus with the next.
+        it.need = std::min(h.pending, sc_.p.capacity());
+        it.want = h.pending + want_of(h, t);
+        h.waiting += h.pending - it.need;
+        h.pending = 0;
+        h.asking++;
+        send(host, it, t);
+    }
+
+    void round(Host& h, int host, int64_t t) {
+        push(t + sc_.T, 1, host, 0);
+        rl::SyncItem it = item();
+        if (!lease_) {
+            it.delta = h.unsent;
+            h.unsent = rl::Delta{};
+            send(host, it, t);
+            return;
+        }
+        if (h.lease.units > 0 && t - h.granted_at >= 2 * sc_.T) {
+            it.give_back = h.lease.units;  // unspent for two intervals: others may need them
+            it.give_back_at = h.lease.at;
+            it.give_back_top = h.lease.top;
+            h.lease = rl::Lease{};
+        }
+        int64_t want = want_of(h, t);
+        if (rl::lease_usable(h.lease, sc_.p, t) * 2 < want && h.recent.size() > 0) it.want = want;
+        if (it.want > 0 || it.give_back > 0) send(host, it, t);
+    }
+
+    void at_redis(int host, size_t m, int64_t t) {
+        Message& msg = msgs_[m];
+        msg.result = rl::sync_key(global_, msg.item, t);
+        global_ = msg.result.global;
+        msg.redis_at = t;
+        push(t + sc_.L - sc_.L / 2, 3, host, m);
+    }
+
+    void reply(Host& h, size_t m, int64_t t) {
+        const Message& msg = msgs_[m];
+        if (!lease_) {
+            h.view = rl::apply_delta(msg.result.global, sc_.p, t, h.unsent);
+            return;
+        }
+        int64_t granted = msg.result.granted;
+        if (msg.item.need > 0) {
+            h.asking--;
+            if (granted >= msg.item.need) {
+                for (int64_t k = 0; k < msg.item.need; k++) admit(h, msg.redis_at);  // admitted at the grant
+                granted -= msg.item.need;
+            }
+        }
+        if (granted > 0) {
+            rl::lease_add(h.lease, sc_.p, msg.redis_at, granted, msg.result.global);
+            h.granted_at = msg.redis_at;
+        }
+        // Requests that waited on this ask: the surplus serves them now, else they are refused.
+        if (msg.item.need > 0) {
+            for (; h.waiting > 0; h.waiting--) {
+                if (rl::lease_take(h.lease, sc_.p, t, 1)) {
+                    admit(h, t);
+                } else {
+                    refused_waiting_++;
+                }
+            }
+        }
+    }
+
+  public:
+    int64_t refused_waiting_ = 0;  // lease: requests that waited for an ask in flight, in vain
+
+  private:
+    const Scenario& sc_;
+    bool lease_;
+    std::vector<Host> hosts_;
+    rl::State global_;
+    std::vector<Message> msgs_;
+    std::vector<int64_t> admitted_;
+    std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q_;
+    uint64_t seq_ = 0;
+};
+
+std::vector<Scenario> scenarios() {
+    std::vector<Scenario> out;
+    struct Limit {
+        int64_t requests, period, burst;
+    };
+    const Limit limits[] = {{100, kSec, 20}, {1000, kSec, 0}, {10, kSec, 4}};
+    const int64_t intervals[][2] = {{10 * kMs, 1 * kMs}, {100 * kMs, 2 * kMs}, {1000 * kMs, 20 * kMs}};
+    const rl::Algo algos[] = {rl::Algo::gcra, rl::Algo::token, rl::Algo::leaky, rl::Algo::fixed, rl::Algo::sliding};
+    const Arrivals kinds[] = {Arrivals::poisson, Arrivals::bursts, Arrivals::hot_host, Arrivals::all_at_once};
+    uint64_t seed = 1;
+    for (rl::Algo a : algos) {
+        for (int hosts : {2, 4, 8}) {
+            for (const auto& iv : intervals) {
+                for (Arrivals k : kinds) {
+                  for (int rep = 0; rep < 3; rep++) {
+                    const Limit& l = limits[seed % 3];
+                    Scenario sc;
+                    sc.p = rltest::policy(a, l.requests, l.period, rl::is_bucket(a) ? l.burst : 0);
+                    sc.hosts = hosts;
+                    sc.T = iv[0];
+                    sc.L = iv[1];
+                    sc.arrivals = k;
+                    sc.load = seed % 2 ? 3.0 : 1.2;
+                    sc.duration = std::max<int64_t>(8 * sc.T, 3 * l.period);
+                    sc.seed = seed++;
+                    out.push_back(sc);
+                  }
+                }
+            }
+        }
+    }
+    return out;
+}
+
+TEST(SyncSim, OptimisticWithinItsBound) {
+    double worst_ratio[2] = {0, 0};  // buckets, windows
+    std::string worst[2];
+    int exceeded = 0, runs = 0;
+    for (const Scenario& sc : scenarios()) {
+        auto arrivals = make_arrivals(sc);
+        std::vector<int64_t> adm = Sim(sc, false).run(arrivals);
+        double over = overshoot(sc.p, adm), bound = optimistic_bound(sc);
+        runs++;
+        if (over > bound) {
+            exceeded++;
+            ADD_FAILURE() << sc.name() << ": overshoot " << over << " beyond the bound " << bound;
+        }
+        size_t f = rl::is_bucket(sc.p.algo) ? 0 : 1;
+        if (over / bound > worst_ratio[f]) {
+            worst_ratio[f] = over / bound;
+            char buf[64];
+            std::snprintf(buf, sizeof buf, ": %.1f of %.1f", over, bound);
+            worst[f] = sc.name() + buf;
+        }
+    }
+    std::printf("optimistic: %d runs, worst overshoot against the bound:\n  buckets %.0f%% (%s)\n  windows %.0f%% (%s)\n",
+                runs, 100 * worst_ratio[0], worst[0].c_str(), 100 * worst_ratio[1], worst[1].c_str());
+    EXPECT_EQ(exceeded, 0);
+    EXPECT_GT(worst_ratio[0], 0.2) << "the scenarios never come near the bound: they test little";
+    EXPECT_GT(worst_ratio[1], 0.2) << "the scenarios never come near the bound: they test little";
+}
+
+TEST(SyncSim, LeaseNeverOvershoots) {
+    int runs = 0;
+    double worst_under[4] = {0, 0, 0, 0}, sum_under[4] = {0, 0, 0, 0};
+    int count[4] = {0, 0, 0, 0};
+    std::string worst[4];
+    int roomy_runs = 0;
+    double roomy_sum = 0, roomy_worst = 0;
+    for (const Scenario& sc : scenarios()) {
+        auto arrivals = make_arrivals(sc);
+        Sim sim(sc, true);
+        std::vector<int64_t> adm = sim.run(arrivals);
+        std::sort(adm.begin(), adm.end());
+        // Zero overshoot: one limiter, given the cluster's admissions at their times, allows each.
+        rltest::Key one(sc.p);
+        size_t refused = 0;
+        for (int64_t t : adm) refused += !one.allowed(t);
+        ASSERT_EQ(refused, 0u) << sc.name() << ": " << refused << " of " << adm.size() << " admissions beyond one limiter";
+        ASSERT_LE(overshoot(sc.p, adm), 0) << sc.name();
+        int64_t ref = reference_admitted(sc.p, arrivals);
+        double under = ref > 0 ? 1.0 - static_cast<double>(adm.size()) / static_cast<double>(ref) : 0;
+        // What a lease can lose: per host and per give-back period (2 T), one stranded lease
+        // (a grant never exceeds the capacity), and the requests that waited for an ask in flight.
+        int64_t stranded = sc.hosts * sc.p.capacity() * (sc.duration / (2 * sc.T) + 1);
+        int64_t shortfall = ref - static_cast<int64_t>(adm.size());
+        EXPECT_LE(shortfall, stranded + sim.refused_waiting_) << sc.name() << ": stranded bound " << stranded
+                                                              << ", refused while waiting " << sim.refused_waiting_;
+        size_t k = static_cast<size_t>(sc.arrivals);
+        // A grant drains while it travels: the lease wants a capacity of at least a round trip's rate.
+        if (sc.p.capacity() * sc.p.period_us >= sc.p.requests * sc.L) {
+            roomy_runs++;
+            roomy_sum += under;
+            roomy_worst = std::max(roomy_worst, under);
+        }
+        runs++;
+        count[k]++;
+        sum_under[k] += under;
+        if (under > worst_under[k]) {
+            worst_under[k] = under;
+            worst[k] = sc.name() + ": " + std::to_string(adm.size()) + " of " + std::to_string(ref);
+        }
+    }
+    std::printf("lease: %d runs, zero overshoot; under-admission against one limiter over the same arrivals:\n", runs);
+    for (size_t k = 0; k < 4; k++) {
+        std::printf("  %-12s mean %5.1f%%, worst %5.1f%% (%s)\n", arrivals_name(static_cast<Arrivals>(k)),
+                    100 * sum_under[k] / count[k], 100 * worst_under[k], worst[k].c_str());
+    }
+    std::printf("  where burst + 1 >= rate x round trip (%d runs): mean %.1f%%, worst %.1f%%\n", roomy_runs,
+                100 * roomy_sum / roomy_runs, 100 * roomy_worst);
+}
+
+}  // namespace
