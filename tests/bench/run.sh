@@ -189,7 +189,7 @@ redis-gcra-rejected     one   module-reject     1  snip_redis gcra quota=request
 redis-sliding-1M        many  module            1  snip_redis sliding
 sync-gcra               one   module            1  snip_redis gcra sync=100ms
 sync-gcra-1M            many  module            1  snip_redis gcra sync=100ms
-sync-lease-gcra         one   module            1  snip_redis gcra sync=100ms mode=lease quota=requests=1000_period=1s_burst=1000000000
+sync-lease-gcra         one   module            1  snip_redis gcra sync=100ms mode=lease
 sync-lease-gcra-1M      many  module            1  snip_redis gcra sync=100ms mode=lease
 cluster1-gcra-1M        many  module            1  snip_redis gcra cluster=1
 cluster3-gcra-1M        many  module            1  snip_redis gcra cluster=3
@@ -1090,8 +1090,7 @@ cat <<EOF
   below the log's level: the row measures rejecting, not writing an error.log line per request).
   limit_req: rate=100000000r/s, limit_req burst=1000000 nodelay (a burst because limit_req counts all the
   requests of one millisecond against it).
-  sync=100ms: as the Redis rows, but the lease's one-key row uses requests=1000 period=1s burst=10^9: at
-  10^9/s a lease's units drain away before its grant arrives and a lone request is rejected.
+  sync=100ms rows: the same quotas as the Redis rows.
 EOF
 echo
 echo "Sanity checks:"
