@@ -11,8 +11,8 @@
 
 #include "core/log_text.h"
 #include "core/redis_keys.h"
-#include "redis_cluster.h"
 #include "core/sync_command.h"
+#include "redis_cluster.h"
 
 #include <algorithm>
 #include <sys/random.h>
@@ -347,7 +347,7 @@ void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
         rl_metrics_redis_error(redis->conn.metrics, reply->type == REDIS_REPLY_ERROR ? RL_REDIS_ERR_ERROR_REPLY
                                                                                      : RL_REDIS_ERR_PROTOCOL);
     }
-    log_sync(zs, node, "failed, its keys are kept for the next", reply);
+    log_sync(zs, node, "failed (its keys go again in the next round)", reply);
     call_failed(call);
     call_settled(call);
 }
@@ -400,7 +400,7 @@ void send_batch(rl_sync_batch_t* b) {
         call_failed(&b->calls[c]);
         b->pending--;
     }
-    if (unsent) log_sync(b->zs, nullptr, "not sent (Redis unavailable), its keys are kept for the next", nullptr);
+    if (unsent) log_sync(b->zs, nullptr, "not sent: Redis unavailable (its keys go again in the next round)", nullptr);
     call_settled(&b->calls[0]);  // the + 1
 }
 
