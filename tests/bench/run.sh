@@ -8,6 +8,7 @@
 #   tests/bench/run.sh                      (or ./build.sh bench, which builds the module first)
 #   DURATION=5 ROUNDS=1 CASES='gcra|^plain$' tests/bench/run.sh
 #   CASES='redis|cluster' tests/bench/run.sh          (the Redis and Redis Cluster rows only)
+#   CASES='^sync-' tests/bench/run.sh     (the sync=100ms rows, with the rows they are compared with)
 #
 # Settings (environment):
 #   DURATION   seconds measured per case and round            (10)
