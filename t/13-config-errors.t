@@ -184,6 +184,56 @@ C
     ['ratelimit_redis password= twice', <<'C', qr/duplicate parameter "password=" in "ratelimit_redis" directive(?!.*secret-[ab])/s],
     ratelimit_redis r 127.0.0.1:6379 password=secret-a password=secret-b;   # BAD
 C
+    # Shaping (delay=, max_delay=): bucket algorithms only, checked where the algorithm is known.
+    ['delay with zone algo=fixed', <<'C', qr/"delay" is not supported by the "fixed" algorithm \(zone "z"\)/],
+    ratelimit_zone z key=$arg_k requests=5 period=1m algo=fixed;
+    server { listen 127.0.0.1:%%PORT%%;
+        location / {
+            ratelimit zone=z delay=2;   # BAD
+            empty_gif;
+        }
+    }
+C
+    ['delay in a sliding location', <<'C', qr/"delay" is not supported by the "sliding" algorithm/],
+    ratelimit_zone z key=$arg_k requests=5 period=1m;
+    server { listen 127.0.0.1:%%PORT%%;
+        location / {
+            ratelimit_algo sliding;
+            ratelimit zone=z delay=0;   # BAD
+            empty_gif;
+        }
+    }
+C
+    ['delay, algo log set after it at server level', <<'C', qr/"delay" is not supported by the "log" algorithm/],
+    ratelimit_zone z key=$arg_k requests=5 period=1m;
+    server { listen 127.0.0.1:%%PORT%%;
+        location / {
+            ratelimit zone=z delay=1 max_delay=1s;   # BAD
+            empty_gif;
+        }
+        ratelimit_algo log;
+    }
+C
+    ['delay and nodelay', <<'C', qr/"delay" and "nodelay" are mutually exclusive in "ratelimit" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s burst=5;
+    ratelimit zone=z delay=2 nodelay;   # BAD
+C
+    ['max_delay without delay', <<'C', qr/"max_delay" requires "delay" in "ratelimit" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s burst=5;
+    ratelimit zone=z nodelay max_delay=1s;   # BAD
+C
+    ['bad delay', <<'C', qr/invalid delay "delay=-1"/],
+    ratelimit_zone z key=$arg_k rate=5r/s burst=5;
+    ratelimit zone=z delay=-1;   # BAD
+C
+    ['bad max_delay', <<'C', qr/invalid max_delay "max_delay=soon"/],
+    ratelimit_zone z key=$arg_k rate=5r/s burst=5;
+    ratelimit zone=z delay=1 max_delay=soon;   # BAD
+C
+    ['delay= twice', <<'C', qr/duplicate parameter "delay=" in "ratelimit" directive/],
+    ratelimit_zone z key=$arg_k rate=5r/s burst=5;
+    ratelimit zone=z delay=1 delay=2;   # BAD
+C
     ['ratelimit_status out of range', <<'C', qr/value must be between 400 and 599 in "ratelimit_status" directive/],
     ratelimit_status 200;   # BAD
 C
@@ -252,6 +302,7 @@ for my $good (
     ['burst with bucket algos', 'ratelimit_zone a key=$arg_k rate=1r/s burst=5 algo=token; ratelimit_zone b key=$arg_k rate=1r/s burst=5 algo=leaky;'],
     ['same zone, window algo location, no burst', 'ratelimit_zone z key=$arg_k requests=5 period=1m; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit_algo sliding; ratelimit zone=z; empty_gif; } }'],
     ['sync zones, both modes, 10ms and the period', 'ratelimit_redis r 127.0.0.1:6379; ratelimit_zone a key=$arg_k requests=5 period=1s redis=r sync=10ms; ratelimit_zone b key=$arg_k requests=5 period=1s redis=r sync=1s sync_mode=lease algo=sliding; ratelimit_zone c key=$arg_k rate=5r/s burst=9 redis=r sync=100ms sync_mode=optimistic; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit_algo token; ratelimit zone=a; ratelimit zone=b; ratelimit zone=c; empty_gif; } }'],
+    ['delay forms', 'ratelimit_zone z key=$arg_k rate=5r/s burst=5; ratelimit_zone f key=$arg_k requests=5 period=1m algo=fixed; server { listen 127.0.0.1:%%PORT%%; location /a { ratelimit zone=z delay=0; empty_gif; } location /b { ratelimit zone=z delay=3 max_delay=500ms; empty_gif; } location /c { ratelimit zone=z nodelay; ratelimit zone=f nodelay; empty_gif; } location /d { ratelimit_algo leaky; ratelimit zone=z delay=99; empty_gif; } }'],
     ['log that fits', 'ratelimit_zone z key=$arg_k requests=1000 period=1h size=32k algo=log;'],
     ['quantity forms', "$ok_zone\n    server { listen 127.0.0.1:%%PORT%%; location /a { ratelimit zone=z quantity=0; empty_gif; } location /b { ratelimit zone=z quantity=5; empty_gif; } location /c { ratelimit zone=z quantity=\$arg_q; empty_gif; } }"],
 ) {

@@ -61,6 +61,8 @@ my $zones = <<'EOF';
     ratelimit_zone api   key=$arg_k rate=3r/m size=1m;
     ratelimit_zone dry   key=$arg_k rate=1r/m size=1m;
     ratelimit_zone small key=$arg_k requests=100 period=1m size=32k;
+    ratelimit_zone shape  key=$arg_k rate=20r/s burst=5 size=1m;
+    ratelimit_zone shaped key=$arg_k rate=1r/m burst=5 size=1m;
 EOF
 my $server = <<'EOF';
     server {
@@ -70,6 +72,8 @@ my $server = <<'EOF';
         location /a { ratelimit zone=api; empty_gif; }
         location /d { ratelimit zone=dry; ratelimit_dry_run on; empty_gif; }
         location /s { ratelimit zone=small; empty_gif; }
+        location /sh { ratelimit zone=shape delay=0; empty_gif; }
+        location /shd { ratelimit zone=shaped delay=0; ratelimit_dry_run on; empty_gif; }
         location /later { ratelimit zone=later; empty_gif; }
         location = /metrics { ratelimit_metrics; allow 127.0.0.1; deny all; }
     }
@@ -88,7 +92,16 @@ for (1 .. 4) {
     my ($st, $x) = req($n, '/d?k=y');
     $sent{ 'dry ' . ($st ne '200' ? "status $st" : $x eq 'PASSED' ? 'passed' : $x eq 'REJECTED_DRY_RUN' ? 'rejected_dry_run' : "status $x") }++;
 }
-ok($sent{'api passed'} && $sent{'api rejected'} && $sent{'dry rejected_dry_run'}, 'zones: each kind was sent')
+# Delays: each request as $ratelimit_status says (a delayed one waits 50 ms at most).
+my %kind = (PASSED => 'passed', DELAYED => 'delayed', DELAYED_DRY_RUN => 'delayed_dry_run');
+for my $loc (['shape', '/sh?k=z'], ['shaped', '/shd?k=z']) {
+    for (1 .. 4) {
+        my ($st, $x) = req($n, $loc->[1]);
+        $sent{"$loc->[0] " . ($st eq '200' && $kind{$x} ? $kind{$x} : "status $st $x")}++;
+    }
+}
+ok($sent{'api passed'} && $sent{'api rejected'} && $sent{'dry rejected_dry_run'} && $sent{'shape delayed'}
+   && $sent{'shaped delayed_dry_run'}, 'zones: each kind was sent')
   or diag(explain \%sent);
 
 my ($v, $fam, $h) = scrape($n, 'zones');
@@ -109,8 +122,9 @@ is(scalar(keys %pids), 2, 'the requests were served by both workers');
 sub check_requests {
     my ($v, $what) = @_;
     my (@got, @want);
-    for my $zone (qw(api dry small)) {
-        for my $result (qw(passed rejected rejected_dry_run exempt error_allowed error_denied error_local)) {
+    for my $zone (qw(api dry small shape shaped)) {
+        for my $result (qw(passed rejected rejected_dry_run exempt error_allowed error_denied error_local delayed
+                           delayed_dry_run)) {
             push @got,  "$zone $result " . val($v, 'nginx_ratelimit_requests_total', zone => $zone, result => $result);
             push @want, "$zone $result " . ($sent{"$zone $result"} // 0);
         }

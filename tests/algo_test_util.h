@@ -11,12 +11,16 @@ namespace rltest {
 
 constexpr int64_t kSec = 1000000;  // microseconds
 
-inline rl::Policy policy(rl::Algo algo, int64_t requests, int64_t period_us, int64_t burst = 0) {
+// delay: rl::kNoDelay for nodelay; max_delay_us 0 for none.
+inline rl::Policy policy(rl::Algo algo, int64_t requests, int64_t period_us, int64_t burst = 0,
+                         int64_t delay = rl::kNoDelay, int64_t max_delay_us = 0) {
     rl::Policy p;
     p.algo = algo;
     p.requests = requests;
     p.period_us = period_us;
     p.burst = burst;
+    p.delay = delay;
+    p.max_delay_us = max_delay_us;
     const char* err = rl::finish_policy(p);
     EXPECT_EQ(err, nullptr) << err;
     return p;

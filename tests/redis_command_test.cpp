@@ -40,19 +40,20 @@ TEST(RedisCommand, ExactBytesOfADecideCall) {
     checks[0].hash = rl::KeyHash{0x2, 0x1};  // lo, hi
     checks[0].policy = &p;
     checks[0].cost = 3;
-    // One group of one check: algo requests period burst refill token depth wscale cost at.
+    // One group of one check: algo requests period burst refill token depth wscale cost at
+    // delay_level max_delay_units.
     std::string want = std::string("*7\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
                        "\r\n$1\r\n1\r\n"
                        "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n"
-                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$88\r\n" +
-                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0}) + "\r\n";
+                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$104\r\n" +
+                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0, -1, -1}) + "\r\n";
     EXPECT_EQ(decide(rl::CommandScript::evalsha, true, "rl:", checks, 1700000000LL * kSec), want);
 
     // Production: its own script, and now is not sent.
     std::string prod = decide(rl::CommandScript::evalsha, false, "rl:", checks, 1700000000LL * kSec);
     EXPECT_NE(prod.find(rl::script_sha1(false)), std::string::npos);
     EXPECT_EQ(prod.find("1700000000000000"), std::string::npos);
-    EXPECT_NE(prod.find("$6\r\ndecide\r\n$1\r\n0\r\n$88\r\n"), std::string::npos);
+    EXPECT_NE(prod.find("$6\r\ndecide\r\n$1\r\n0\r\n$104\r\n"), std::string::npos);
 
     // FCALL: the function's name in place of EVALSHA's sha1, the rest alike.
     const std::string tail = want.substr(want.find("\r\n$1\r\n1\r\n"));
@@ -88,14 +89,14 @@ TEST(RedisCommand, ManyChecksAndRefunds) {
     }
     std::string cmd = decide(rl::CommandScript::evalsha, true, "p:", checks, -7);
     EXPECT_EQ(cmd.substr(0, 4), "*9\r\n");  // EVALSHA sha numkeys, 3 keys, mode now checks
-    EXPECT_NE(cmd.find("$2\r\n-7\r\n$248\r\n"), std::string::npos);  // 8 + 3 * 80 bytes
+    EXPECT_NE(cmd.find("$2\r\n-7\r\n$296\r\n"), std::string::npos);  // 8 + 3 * 96 bytes
     EXPECT_NE(cmd.find(doubles({4503599627370496.0, 1700000000000001.0})), std::string::npos);  // 2^52, at
     EXPECT_NE(cmd.find(doubles({0, 1700000000000002.0})), std::string::npos);  // cost -5 clamped, at
 
     size_t len = rl::refund_command_len("p:", checks.data(), 3);
     std::string buf(len, '?');
     EXPECT_EQ(rl::write_refund_command(buf.data(), "p:", checks.data(), 3), len);
-    EXPECT_NE(buf.find("$6\r\nrefund\r\n$1\r\n0\r\n$248\r\n"), std::string::npos);
+    EXPECT_NE(buf.find("$6\r\nrefund\r\n$1\r\n0\r\n$296\r\n"), std::string::npos);
     EXPECT_NE(buf.find(rl::script_sha1(false)), std::string::npos);
     EXPECT_NE(buf.find(doubles({1700000000000002.0})), std::string::npos);
 }
@@ -112,7 +113,7 @@ std::string batch(rl::CommandScript script, bool injected, std::string_view pref
 }
 
 TEST(RedisCommand, ExactBytesOfABatch) {
-    rl::Policy g = rltest::policy(rl::Algo::gcra, 10, kSec, 2);  // refill 1, token 100000, depth 300000
+    rl::Policy g = rltest::policy(rl::Algo::gcra, 10, kSec, 2, 0, 150000);  // refill 1, token 100000, depth 300000
     rl::Policy f = rltest::policy(rl::Algo::fixed, 5, 60 * kSec);  // refill 1, token 12000000, depth 5
     rl::RedisCheck hot;
     hot.zone = "api";
@@ -131,10 +132,11 @@ TEST(RedisCommand, ExactBytesOfABatch) {
     const std::string key_a = "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n";
     const std::string key_b = "$45\r\nrl:{z:000000000000000a000000000000000b}:fixed\r\n";
     std::string want = std::string("*9\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) + "\r\n$1\r\n3\r\n" + key_a +
-                       key_a + key_b + "$6\r\ndecide\r\n$3\r\n123\r\n$256\r\n" +
-                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0}) +
-                       doubles({2, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0}) +
-                       doubles({4, 5, 60000000, 0, 1, 12000000, 5, 60000000, 2, 9}) + "\r\n";
+                       key_a + key_b + "$6\r\ndecide\r\n$3\r\n123\r\n$304\r\n" +
+                       // delay=0: waits above one token; max_delay 0.15 s: 150000 units at refill 1
+                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0, 100000, 150000}) +
+                       doubles({2, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0, 100000, 150000}) +
+                       doubles({4, 5, 60000000, 0, 1, 12000000, 5, 60000000, 2, 9, -1, -1}) + "\r\n";
     EXPECT_EQ(batch(rl::CommandScript::evalsha, true, "rl:", groups, 123), want);
     EXPECT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 2u + 4u * 3u);
 
@@ -163,8 +165,9 @@ TEST(RedisCommand, DecodeBatchReply) {
     // Groups of 1, 2 and 0 checks: the first admitted, the second not (one rejection), the
     // empty one admitted.
     const std::vector<rl::RedisGroup> groups = {{nullptr, 1}, {nullptr, 2}, {nullptr, 0}};
+    // An allowed check's 4th value is its delay, a rejected one's its retry.
     ASSERT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 14u);
-    const int64_t ok[] = {2, 1700000000000000, 1, 4, 100, 0, 1, 3, 50, 0, 0, 0, 5000, -1};
+    const int64_t ok[] = {2, 1700000000000000, 1, 4, 100, 250, 1, 3, 50, 0, 0, 0, 5000, -1};
     rl::Decision d[3];
     d[1].limit = 7;
     bool admitted[3] = {false, true, false};
@@ -177,12 +180,15 @@ TEST(RedisCommand, DecodeBatchReply) {
     EXPECT_TRUE(d[0].allowed);
     EXPECT_EQ(d[0].remaining, 4);
     EXPECT_EQ(d[0].reset_us, 100);
+    EXPECT_EQ(d[0].delay_us, 250);
+    EXPECT_EQ(d[0].retry_after_us, 0);
     EXPECT_TRUE(d[1].allowed);  // allowed in a group that was not admitted: consumed nothing
     EXPECT_EQ(d[1].remaining, 3);
     EXPECT_EQ(d[1].limit, 7);  // left to the caller
     EXPECT_FALSE(d[2].allowed);
     EXPECT_EQ(d[2].reset_us, 5000);
     EXPECT_EQ(d[2].retry_after_us, rl::kNever);
+    EXPECT_EQ(d[2].delay_us, 0);
     EXPECT_TRUE(rl::decode_batch_reply(ok, 14, groups.data(), 3, d, nullptr, nullptr));  // both optional
 
     // Malformed: nothing written.
@@ -210,6 +216,7 @@ TEST(RedisCommand, DecodeBatchReply) {
     rejects(with(3, -1), "negative remaining");
     rejects(with(4, -1), "negative reset");
     rejects(with(13, -2), "bad retry");
+    rejects(with(5, -1), "an allowed check with a negative delay");
     rejects(with(10, 1), "every check allowed but the group counted as rejected");
     EXPECT_FALSE(rl::decode_batch_reply(nullptr, 0, groups.data(), 3, d, admitted, &now));
     EXPECT_FALSE(rl::decode_batch_reply(ok, 14, nullptr, 3, d, admitted, &now));
@@ -249,6 +256,8 @@ TEST(RedisCommand, DecodeReply) {
     EXPECT_FALSE(rl::decode_decide_reply(negative, 6, 1, untouched, &now));
     const int64_t bad_retry[] = {0, 5, 0, 0, 0, -2};
     EXPECT_FALSE(rl::decode_decide_reply(bad_retry, 6, 1, untouched, &now));
+    const int64_t bad_delay[] = {1, 5, 1, 0, 0, -1};  // an allowed check's delay
+    EXPECT_FALSE(rl::decode_decide_reply(bad_delay, 6, 1, untouched, &now));
     EXPECT_FALSE(untouched[0].allowed);
     EXPECT_EQ(untouched[0].remaining, 0);
     EXPECT_FALSE(rl::decode_decide_reply(nullptr, 0, 0, untouched, &now));

@@ -58,7 +58,7 @@ rl::Policy make_policy(rl::Algo algo, int64_t requests, int64_t period_us, int64
 
 // The properties test's policies, plus the extremes: 1 per day, 10^9 per second with burst 999,
 // 10^9 per day (the sliding window's coarse weight), and 333333 us periods.
-rl::Policy random_policy(std::mt19937_64& rng, rl::Algo algo) {
+rl::Policy random_rate_policy(std::mt19937_64& rng, rl::Algo algo) {
     static const int64_t kRequests[] = {1, 2, 3, 5, 7, 10, 60, 100, 999};
     static const int64_t kPeriods[] = {333333, kSec, 7 * kSec, 60 * kSec, 3600 * kSec, kDay};
     int64_t burst = static_cast<int64_t>(rng() % 12);
@@ -71,6 +71,21 @@ rl::Policy random_policy(std::mt19937_64& rng, rl::Algo algo) {
                                    static_cast<int64_t>(rng() % 1000));
         default: return make_policy(algo, kRequests[rng() % 9], kPeriods[rng() % 6], burst);
     }
+}
+
+// Two bucket policies in three shape (delay.h): delay= from 0 to beyond the burst, with no
+// max_delay or one up to the longest possible wait.
+rl::Policy random_policy(std::mt19937_64& rng, rl::Algo algo) {
+    rl::Policy p = random_rate_policy(rng, algo);
+    if (!rl::is_bucket(algo) || rng() % 3 == 0) return p;
+    p.delay = static_cast<int64_t>(rng() % static_cast<uint64_t>(p.burst + 2));
+    if (rng() % 2 == 0) {
+        uint64_t longest = static_cast<uint64_t>((p.burst + 1) * (p.period_us / p.requests) + 2);
+        p.max_delay_us = 1 + static_cast<int64_t>(rng() % longest);
+    }
+    const char* err = rl::finish_policy(p);
+    EXPECT_EQ(err, nullptr) << err;
+    return p;
 }
 
 // A step of time: bursts at one instant, microseconds, traffic around the rate, idle gaps.
@@ -155,7 +170,8 @@ std::string describe(const std::vector<rl::Decision>& ds) {
     std::string out;
     for (const rl::Decision& d : ds) {
         out += "{allowed " + std::to_string(d.allowed) + " remaining " + std::to_string(d.remaining) + " reset " +
-               std::to_string(d.reset_us) + " retry " + std::to_string(d.retry_after_us) + "} ";
+               std::to_string(d.reset_us) + " retry " + std::to_string(d.retry_after_us) + " delay " +
+               std::to_string(d.delay_us) + "} ";
     }
     return out;
 }
@@ -166,7 +182,8 @@ std::string describe_input(const std::vector<Limit*>& lims, const std::vector<rl
     for (size_t i = 0; i < lims.size(); i++) {
         const rl::Policy& p = lims[i]->key.p;
         out += "; " + std::string(rl::algo_name(p.algo)) + " " + std::to_string(p.requests) + "/" +
-               std::to_string(p.period_us) + "us burst " + std::to_string(p.burst) + " state {" +
+               std::to_string(p.period_us) + "us burst " + std::to_string(p.burst) + " delay " +
+               std::to_string(p.delay) + " max_delay " + std::to_string(p.max_delay_us) + " state {" +
                std::to_string(before[i].a) + ", " + std::to_string(before[i].b) + ", " + std::to_string(before[i].c) +
                "} cost " + std::to_string(costs[i]);
     }
@@ -190,6 +207,8 @@ struct Counts {
     int64_t groups = 0;                // batches: groups decided
     int64_t groups_admitted = 0;
     int64_t hot_groups = 0;            // groups with a key that an earlier group of the batch changed
+    int64_t delayed = 0;               // allowed decisions with a delay
+    int64_t too_late = 0;              // rejected by max_delay while the burst had room
 };
 
 // A private redis-server with both variants of the script and of the library loaded; script_
@@ -425,6 +444,8 @@ class RedisLua : public ::testing::Test {
             ASSERT_EQ(got[i].remaining, want[i].remaining) << at;
             ASSERT_EQ(got[i].reset_us, want[i].reset_us) << at;
             ASSERT_EQ(got[i].retry_after_us, want[i].retry_after_us) << at;
+            ASSERT_EQ(got[i].delay_us, want[i].delay_us) << at;
+            count_shaping(l.key.p, costs[i], got[i]);
             some_allowed = some_allowed || got[i].allowed;
             counts_.decisions[l.key.p.algo]++;
             if (!got[i].allowed) (got[i].retry_after_us == rl::kNever ? counts_.never : counts_.rejected)++;
@@ -537,6 +558,8 @@ class RedisLua : public ::testing::Test {
                 ASSERT_EQ(got[k].remaining, want[g][i].remaining) << at;
                 ASSERT_EQ(got[k].reset_us, want[g][i].reset_us) << at;
                 ASSERT_EQ(got[k].retry_after_us, want[g][i].retry_after_us) << at;
+                ASSERT_EQ(got[k].delay_us, want[g][i].delay_us) << at;
+                count_shaping(p, costs[g][i], got[k]);
                 counts_.decisions[p.algo]++;
                 some_allowed = some_allowed || got[k].allowed;
                 if (!got[k].allowed) (got[k].retry_after_us == rl::kNever ? counts_.never : counts_.rejected)++;
@@ -550,6 +573,11 @@ class RedisLua : public ::testing::Test {
                         t1_ms, at);
             if (HasFatalFailure()) return;
         }
+    }
+
+    void count_shaping(const rl::Policy& p, int64_t cost, const rl::Decision& d) {
+        counts_.delayed += d.delay_us > 0;
+        counts_.too_late += !d.allowed && p.max_delay_units != rl::kNoDelay && cost > 0 && d.remaining >= cost;
     }
 
     // A refund of one of the last admissions (or of something never admitted).
@@ -621,6 +649,10 @@ class RedisLua : public ::testing::Test {
         if (counts_.clock_back > 0) line += "; " + std::to_string(counts_.clock_back) + " clock steps back";
         if (counts_.policy_changes > 0) line += "; " + std::to_string(counts_.policy_changes) + " policy changes";
         if (counts_.coarse > 0) line += "; " + std::to_string(counts_.coarse) + " with a coarse sliding weight";
+        if (counts_.delayed > 0 || counts_.too_late > 0) {
+            line += "; " + std::to_string(counts_.delayed) + " delayed, " + std::to_string(counts_.too_late) +
+                    " rejected by max_delay";
+        }
         if (counts_.expired_in_real_time > 0) {
             line += "; " + std::to_string(counts_.expired_in_real_time) + " keys expired in real time";
         }
@@ -694,6 +726,10 @@ void expect_coverage(const Counts& c, rl::Algo algo) {
     EXPECT_GT(c.policy_changes, n / 200);
     if (algo == rl::Algo::sliding) {
         EXPECT_GT(c.coarse, n / 50);
+    }
+    if (rl::is_bucket(algo)) {
+        EXPECT_GT(c.delayed, n / 20);
+        EXPECT_GT(c.too_late, n / 200);
     }
 }
 
@@ -923,23 +959,26 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
         args.insert(args.end(), rest.begin(), rest.end());
         return rltest::command(conn_.get(), args);
     };
-    // One gcra check: algo requests period burst refill token depth wscale cost at.
-    const std::string ok = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0});
+    // One gcra check: algo requests period burst refill token depth wscale cost at delay_level
+    // max_delay_units.
+    const std::string ok = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1});
     const double nan = std::nan("");
     const std::vector<std::vector<std::string>> bad = {
         {"1", "k", "decide", "1"},                                            // too few ARGV
         {"1", "k", "decide", "1", ok, "x"},                                   // too many
         {"1", "k", "judge", "1", ok},                                         // mode
         {"1", "k", "decide", "x", ok},                                        // now
-        {"1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0})},    // algo
-        {"1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0})},  // algo
-        {"1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0})},    // requests
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0})},    // refill
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0})},   // cost
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0})},  // cost
+        {"1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1})},    // algo
+        {"1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1})},  // algo
+        {"1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1})},    // requests
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, -1, -1})},    // refill
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1})},   // cost
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0, -1, -1})},  // cost
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -2, -1})},  // delay_level
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, nan})},  // max_delay_units
         {"1", "k", "decide", "1", ok.substr(0, ok.size() - 1)},               // truncated
         {"1", "k", "decide", "1", ok + "x"},                                  // trailing bytes
-        {"1", "k", "decide", "1", doubles({2, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0})},    // group of 2
+        {"1", "k", "decide", "1", doubles({2, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1})},    // group of 2
         {"1", "k", "decide", "1", doubles({-1}) + ok},                        // group size
         {"1", "k", "decide", "1", doubles({0.5}) + ok},                       // group size
         {"2", "k", "k2", "decide", "1", ok},                                  // keys
@@ -957,8 +996,8 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
     EXPECT_EQ(empty->element[1]->integer, 7);
 
     // A batch whose second group is bad writes nothing, not even the first group's log.
-    const std::string log_check = doubles({1, 5, 10, 1000000, 0, 1, 100000, 10, 1000000, 1, 0});
-    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0});
+    const std::string log_check = doubles({1, 5, 10, 1000000, 0, 1, 100000, 10, 1000000, 1, 0, -1, -1});
+    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1});
     Reply r = call({"2", "lg", "k3", "decide", "1700000000000000", log_check + bad_check});
     ASSERT_TRUE(r);
     EXPECT_EQ(r->type, REDIS_REPLY_ERROR);

@@ -14,8 +14,9 @@ namespace rl {
 int64_t bucket_drain(int64_t level, int64_t elapsed_us, const Policy& p);
 
 // Decides a request of `cost` on a bucket at `level` (which may exceed depth after the
-// clock went back or the policy shrank). Fills allowed/limit/remaining/reset/retry and
-// returns the level after the request (unchanged when rejected or cost is 0).
+// clock went back or the policy shrank). Fills allowed/limit/remaining/reset/retry/delay
+// and returns the level after the request (unchanged when rejected or cost is 0). With
+// max_delay, a request that would wait longer is rejected, its retry when it would not.
 int64_t bucket_decide(int64_t level, const Policy& p, int64_t cost, Decision& d);
 
 }  // namespace rl

@@ -13,6 +13,7 @@ struct Decision {
     int64_t remaining = 0;       // units that could still be admitted right now, after this request
     int64_t reset_us = 0;        // time until the key is back to a fresh state if nothing else arrives
     int64_t retry_after_us = 0;  // when rejected: exact wait until `cost` would be admitted; kNever if never
+    int64_t delay_us = 0;        // when allowed: how long the request waits before it proceeds (delay.h)
     State next;                  // the key's state after this request (equal to the input when rejected)
 };
 

@@ -1,5 +1,7 @@
 #include "policy.h"
 
+#include "delay.h"
+
 #include <numeric>
 
 namespace rl {
@@ -24,6 +26,8 @@ const char* finish_policy(Policy& p) {
     int64_t big = p.period_us > p.requests ? p.period_us : p.requests;
     bool exact = p.period_us <= kBound / p.requests;
     p.weight_scale = exact ? p.period_us : kBound / big;
+    if (p.delay < kNoDelay || p.max_delay_us < 0) return "delay and max_delay must not be negative";
+    finish_delay(p);
     return nullptr;
 }
 

@@ -10,12 +10,16 @@
 namespace rl {
 
 constexpr int64_t kExact = int64_t{1} << 52;
+constexpr int64_t kNoDelay = -1;  // Policy::delay of nodelay; delay_level and max_delay_units: none
 
 struct Policy {
     Algo algo = Algo::gcra;
     int64_t requests = 1;       // R >= 1
     int64_t period_us = 1000000;  // P >= 1
     int64_t burst = 0;          // >= 0; only for bucket algorithms
+    // Shaping, bucket algorithms only (delay.h): delay=N (kNoDelay: nodelay), max_delay (0: none).
+    int64_t delay = kNoDelay;
+    int64_t max_delay_us = 0;
 
     // Derived by finish_policy():
     // Buckets keep a level in scaled units: a request costs `token` units, every
@@ -27,6 +31,10 @@ struct Policy {
     // The sliding window weighs the previous window by (P - elapsed) / P, in steps of
     // 1 / weight_scale: weight_scale == P (exact) unless P * R would leave kExact.
     int64_t weight_scale = 1;
+    // Shaping (delay.h): a request waits while the level after it is above delay_level, and is
+    // rejected when above delay_level + max_delay_units; kNoDelay: never.
+    int64_t delay_level = kNoDelay;
+    int64_t max_delay_units = kNoDelay;
 
     // The most a fresh key admits at once.
     int64_t capacity() const { return is_bucket(algo) ? burst + 1 : requests; }

@@ -65,6 +65,8 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
             r.le_double(p.weight_scale);
             r.le_double(clamp_cost(c.cost));
             r.le_double(c.at);
+            r.le_double(p.delay_level);
+            r.le_double(p.max_delay_units);
         }
     }
     r.end_bulk();
@@ -118,7 +120,7 @@ size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck
 
 size_t batch_command_bound(std::string_view prefix, const RedisGroup* groups, size_t ngroups) noexcept {
     // Per check: its key's bulk string, at most redis_key_max_len for the longest zone name
-    // (a zone name is at most kMaxZoneLen), and its 80 bytes; per group its count; then the
+    // (a zone name is at most kMaxZoneLen), and its kCheckBytes; per group its count; then the
     // head: the array, EVALSHA and the sha (or the shorter FCALL and function name), the key
     // count, the mode, now and the blob's head.
     constexpr size_t kBulkFrame = 1 + 20 + 2 + 2;  // "$<len>\r\n...\r\n"
@@ -143,7 +145,8 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
     for (size_t g = 0; g < ngroups; g++) {
         bool all = true;
         for (size_t i = 0; i < groups[g].n; i++, v += kReplyPerCheck) {
-            if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < kNever) return false;
+            // v[3]: a rejected check's retry (kNever or > 0), an allowed one's delay (>= 0).
+            if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < (v[0] == 1 ? 0 : kNever)) return false;
             all = all && v[0] == 1;
         }
         count += all;
@@ -157,7 +160,8 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
             out->allowed = v[0] == 1;
             out->remaining = v[1];
             out->reset_us = v[2];
-            out->retry_after_us = v[3];
+            out->retry_after_us = out->allowed ? 0 : v[3];
+            out->delay_us = out->allowed ? v[3] : 0;
             all = all && out->allowed;
         }
         if (admitted != nullptr) admitted[g] = all;

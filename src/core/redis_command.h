@@ -11,17 +11,19 @@
 //   ARGV[1]  = "decide" | "refund"
 //   ARGV[2]  = now in microseconds (decimal) for the test variant; "0", and ignored, in production
 //   ARGV[3]  = the checks, binary: little-endian IEEE-754 doubles (every value an integer below
-//              2^52, so exact); per group its number of checks n, then n records of 10 (80 bytes)
+//              2^52, so exact); per group its number of checks n, then n records of 12 (96 bytes)
 //              in KEYS order: algo (rl::Algo's value), requests, period_us, burst, refill, token,
-//              depth, weight_scale, cost, at
-//   (binary because one struct.unpack per check is far cheaper in Lua than ten tonumber()s;
+//              depth, weight_scale, cost, at, delay_level, max_delay_units (-1: none)
+//   (binary because one struct.unpack per check is far cheaper in Lua than twelve tonumber()s;
 //   the derived integers come from finish_policy: the script never recomputes a gcd)
 //
 //   reply: an array of integers
 //     {admitted, now_us, then per check (the groups back to back): allowed, remaining,
-//      reset_us, retry_after_us}
+//      reset_us, retry_after_us or delay_us}
 //   admitted is the number of groups admitted; a group is admitted iff all its checks allowed.
-//   retry_after_us is -1 (kNever) when the cost can never be admitted. For one group the reply
+//   The 4th value is, for a rejected check, retry_after_us (-1, kNever, when the cost can never
+//   be admitted), for an allowed one delay_us (its wait, delay.h; its retry is 0): one value
+//   fewer per check to parse. For one group the reply
 //   is {1 if admitted else 0, now_us, ...}.
 //
 // decide: each group decides its checks at the same now; if all allow, each changed state is
@@ -83,9 +85,9 @@ constexpr CommandScript kPreferredScript = CommandScript::fcall;
 
 constexpr size_t kArgvCount = 3;          // mode, now, checks
 constexpr size_t kGroupBytes = 8;         // a group's number of checks
-constexpr size_t kCheckBytes = 8 * 10;    // algo .. weight_scale, cost, at: doubles
+constexpr size_t kCheckBytes = 8 * 12;    // algo .. weight_scale, cost, at, delay_level, max_delay_units
 constexpr size_t kReplyHead = 2;          // admitted, now_us
-constexpr size_t kReplyPerCheck = 4;      // allowed, remaining, reset_us, retry_after_us
+constexpr size_t kReplyPerCheck = 4;      // allowed, remaining, reset_us, retry_after_us or delay_us
 
 inline size_t decide_reply_len(size_t nchecks) noexcept { return kReplyHead + kReplyPerCheck * nchecks; }
 
@@ -105,7 +107,7 @@ constexpr size_t kMaxZoneLen = 256;
 size_t batch_command_bound(std::string_view prefix, const RedisGroup* groups, size_t ngroups) noexcept;
 
 // The reply's number of integers, and its decoding: out gets one Decision per check, the
-// groups back to back (allowed, remaining, reset_us, retry_after_us; limit and next are left
+// groups back to back (allowed, remaining, reset_us, retry_after_us, delay_us; limit and next are left
 // as they were: the caller knows the policy); admitted[g] tells whether group g was admitted
 // (and so consumed: a check reported allowed in a group that was not admitted consumed
 // nothing and must not be refunded); *redis_now the decision time (Redis's clock, the `at` of

@@ -31,10 +31,11 @@ constexpr char kHead[] = R"lua(-- ngx_http_ratelimit_module: decides the limits 
 -- without the cost of a call to math.floor. Never tostring a number beyond 14 digits (Lua 5.1
 -- keeps 14): numbers go out through struct.pack or string.format('%d').
 --
--- Algorithms: 0 gcra, 1 token, 2 leaky, 3 sliding, 4 fixed, 5 log. A check is a record of 10
--- doubles (80 bytes, see redis_command.h); a hash algorithm's state is 3: a, b, c of rl::State.
+-- Algorithms: 0 gcra, 1 token, 2 leaky, 3 sliding, 4 fixed, 5 log. A check is a record of 12
+-- doubles (96 bytes, see redis_command.h); a hash algorithm's state is 3: a, b, c of rl::State.
 -- A decide_* function returns the decision (allowed, remaining, reset, retry) and then
--- whether admitting it changes the state (w) and to what (x, y, z).
+-- whether admitting it changes the state (w) and to what (x, y, z); a bucket's delay is left
+-- in `shaped`.
 
 -- A library's top level sees only `redis`: each call binds the rest first.
 local floor, fmt, sunpack, spack, call, pget, tonum, unpk
@@ -56,20 +57,36 @@ local function bucket_drain(level, elapsed, refill)
   return level - elapsed * refill
 end
 
+-- delay.cpp: the delay of the last bucket_decide (an upvalue, so that every decide_* keeps
+-- its return values); dl = delay_level, mu = max_delay_units, -1 for none.
+local shaped = 0
+
 -- The decision, and the level after it.
-local function bucket_decide(level, cost, burst, refill, tok, depth)
+local function bucket_decide(level, cost, burst, refill, tok, depth, dl, mu)
   local ok, retry, after = false, 0, level
   if cost == 0 then
     ok = true  -- only reports, even on a bucket left over-full by a clock that went back
-  elseif cost > burst + 1 then
-    retry = -1
-  elseif level + cost * tok <= depth then
-    ok, after = true, level + cost * tok
+  elseif cost > burst + 1 or (mu >= 0 and cost * tok - dl - mu > 0) then
+    retry = -1  -- beyond the burst, or waits too long even on an empty bucket
   else
-    local over = level + cost * tok - depth
-    local r = over % refill  -- ceil_div
-    retry = (over - r) / refill
-    if r ~= 0 then retry = retry + 1 end
+    -- Admitted once the level fits both the burst and max_delay: the later of the two.
+    local need = level + cost * tok
+    local over, late = need - depth, 0
+    if mu >= 0 then late = need - dl - mu end
+    if over <= 0 and late <= 0 then
+      ok, after = true, need
+      if dl >= 0 and after > dl then
+        local x = after - dl
+        local r = x % refill  -- ceil_div
+        shaped = (x - r) / refill
+        if r ~= 0 then shaped = shaped + 1 end
+      end
+    else
+      if late > over then over = late end
+      local r = over % refill  -- ceil_div
+      retry = (over - r) / refill
+      if r ~= 0 then retry = retry + 1 end
+    end
   end
   local rem = 0
   if after < depth then
@@ -86,7 +103,7 @@ end
 constexpr char kGcra[] = R"lua(
 -- gcra.cpp: a = TAT in whole microseconds, b = its remainder in 1/refill microseconds ---------
 
-local function decide_gcra(a, b, now, cost, burst, refill, tok, depth)
+local function decide_gcra(a, b, now, cost, burst, refill, tok, depth, dl, mu)
   local ahead, level, beyond = a - now, 0, 0
   if ahead >= 0 then
     -- A TAT far ahead only happens when the clock went back: cap the product, and count the
@@ -98,7 +115,7 @@ local function decide_gcra(a, b, now, cost, burst, refill, tok, depth)
     end
     level = ahead * refill + b
   end
-  local ok, rem, reset, retry, after = bucket_decide(level, cost, burst, refill, tok, depth)
+  local ok, rem, reset, retry, after = bucket_decide(level, cost, burst, refill, tok, depth, dl, mu)
   reset = reset + beyond
   if not ok and retry ~= -1 then retry = retry + beyond end
   if after == level then return ok, rem, reset, retry, false end
@@ -110,14 +127,14 @@ end
 constexpr char kToken[] = R"lua(
 -- token_bucket.cpp: a = tokens in scaled units, b = last refill, c = 1 once seen (else full) --
 
-local function decide_token(a, b, c, now, cost, burst, refill, tok, depth)
+local function decide_token(a, b, c, now, cost, burst, refill, tok, depth, dl, mu)
   local level = 0
   if c ~= 0 then
     local tokens = a
     if tokens > depth then tokens = depth end
     level = bucket_drain(depth - tokens, now - b, refill)
   end
-  local ok, rem, reset, retry, after = bucket_decide(level, cost, burst, refill, tok, depth)
+  local ok, rem, reset, retry, after = bucket_decide(level, cost, burst, refill, tok, depth, dl, mu)
   if after == level and c ~= 0 then return ok, rem, reset, retry, false end
   local last = now
   if c ~= 0 and b > now then last = b end  -- never move the refill time back
@@ -128,9 +145,9 @@ end
 constexpr char kLeaky[] = R"lua(
 -- leaky_bucket.cpp: a = level in scaled units, b = last leak ---------------------------------
 
-local function decide_leaky(a, b, now, cost, burst, refill, tok, depth)
+local function decide_leaky(a, b, now, cost, burst, refill, tok, depth, dl, mu)
   local level = bucket_drain(a, now - b, refill)
-  local ok, rem, reset, retry, after = bucket_decide(level, cost, burst, refill, tok, depth)
+  local ok, rem, reset, retry, after = bucket_decide(level, cost, burst, refill, tok, depth, dl, mu)
   if after == level then return ok, rem, reset, retry, false end
   local last = now
   if b > now then last = b end  -- never move the leak time back
@@ -424,8 +441,8 @@ local function shape(blob)
   while p <= size do
     local n = -1
     if p + 7 <= size then n = sunpack('<d', blob, p) end
-    if not (n >= 0 and n == floor(n) and p + 7 + n * 80 <= size) then return nil end
-    p = p + 8 + n * 80
+    if not (n >= 0 and n == floor(n) and p + 7 + n * 96 <= size) then return nil end
+    p = p + 8 + n * 96
     nchecks = nchecks + n
     ngroups = ngroups + 1
   end
@@ -444,7 +461,7 @@ local function first_bad(blob)
     for _ = 1, n do
       local algo = sunpack('<d', blob, p)
       if not (algo >= 0 and algo < 5) then full = true end
-      p = p + 80
+      p = p + 96
     end
   end
   local k = 0
@@ -453,13 +470,13 @@ local function first_bad(blob)
     local n = sunpack('<d', blob, p)
     p = p + 8
     for _ = 1, n do
-      local algo, req, per, burst, refill, tok, depth, wsc, cost = sunpack('<ddddddddd', blob, p)
+      local algo, req, per, burst, refill, tok, depth, wsc, cost, _, dl, mu = sunpack('<dddddddddddd', blob, p)
       k = k + 1
       if not (algo >= 0 and algo <= 5 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-              and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0) then
+              and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1) then
         return k
       end
-      p = p + 80
+      p = p + 96
     end
   end
   return nil
@@ -503,18 +520,19 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
     local all, pass = true, 1
     repeat
       for i = 1, n do
-        local q, j = p + (i - 1) * 80, o + 4 * (i - 1)
+        local q, j = p + (i - 1) * 96, o + 4 * (i - 1)
         -- pass 2: the group was rejected; its checks that allowed report a cost-0 request.
         if pass == 1 or out[j + 1] == 1 then
-          local algo, req, per, burst, refill, tok, depth, wsc, cost, at = sunpack('<dddddddddd', blob, q)
+          local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu = sunpack('<dddddddddddd', blob, q)
           if not (algo >= 0 and algo <= 5 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-                  and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0) then
+                  and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1) then
             return redis.error_reply('ERR ratelimit script: bad check ' .. (k + i))
           end
           local key = keys[k + i]
           local units, refund_it = cost, refunding and cost > 0  -- refund: then whether it changed anything
           if pass == 2 or refunding then cost = 0 end
           local ok, rem, reset, retry, w, x, y, z
+          shaped = 0
           if algo ~= 5 then
             -- The state: 24 bytes, no key (a fresh state), or a hash {a, b, c} of the earlier
             -- layout. A batch keeps the states it read or changed in S (false: no key).
@@ -537,11 +555,11 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
               a, b, c = ra, rb, rc
             end
             if algo == 0 then  -- decide.cpp
-              ok, rem, reset, retry, w, x, y, z = decide_gcra(a, b, now, cost, burst, refill, tok, depth)
+              ok, rem, reset, retry, w, x, y, z = decide_gcra(a, b, now, cost, burst, refill, tok, depth, dl, mu)
             elseif algo == 1 then
-              ok, rem, reset, retry, w, x, y, z = decide_token(a, b, c, now, cost, burst, refill, tok, depth)
+              ok, rem, reset, retry, w, x, y, z = decide_token(a, b, c, now, cost, burst, refill, tok, depth, dl, mu)
             elseif algo == 2 then
-              ok, rem, reset, retry, w, x, y, z = decide_leaky(a, b, now, cost, burst, refill, tok, depth)
+              ok, rem, reset, retry, w, x, y, z = decide_leaky(a, b, now, cost, burst, refill, tok, depth, dl, mu)
             elseif algo == 3 then
               ok, rem, reset, retry, w, x, y, z = decide_sliding(a, b, c, now, cost, req, per, wsc)
             else
@@ -556,6 +574,8 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             if refund_it then call('PEXPIRE', key, fmt('%d', ttl_ms(reset))) end
           end
 
+          -- An allowed check's retry is 0: its slot carries the delay instead.
+          if ok then retry = shaped end
           out[j + 1], out[j + 2], out[j + 3], out[j + 4] = ok and 1 or 0, rem, reset, retry
           if refunding then
             all = all and ok
@@ -578,7 +598,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
       for i = 1, n do
         local t = 6 * (i - 1)
         if T[t + 1] then
-          commit(S, TTL, keys[k + i], T[t + 6], sunpack('<d', blob, p + (i - 1) * 80 + 64), T[t + 5], T[t + 2],
+          commit(S, TTL, keys[k + i], T[t + 6], sunpack('<d', blob, p + (i - 1) * 96 + 64), T[t + 5], T[t + 2],
                  T[t + 3], T[t + 4])
         end
       end
@@ -586,7 +606,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
     if all then out[1] = out[1] + 1 end
     k = k + n
     o = o + 4 * n
-    p = p + n * 80
+    p = p + n * 96
   end
   if S then
     for key, ms in pairs(TTL) do call('SET', key, S[key], 'PX', fmt('%d', ms)) end
@@ -708,10 +728,11 @@ function(keys, argv)
     return with_level(algo, a, b, c, now, after, refill, depth)
   end
 
+  -- Unshaped (-1: no delay_level, no max_delay), as grant() decides.
   local function decide_any(algo, a, b, c, cost, req, per, burst, refill, tok, depth, wsc)
-    if algo == 0 then return decide_gcra(a, b, now, cost, burst, refill, tok, depth) end
-    if algo == 1 then return decide_token(a, b, c, now, cost, burst, refill, tok, depth) end
-    if algo == 2 then return decide_leaky(a, b, now, cost, burst, refill, tok, depth) end
+    if algo == 0 then return decide_gcra(a, b, now, cost, burst, refill, tok, depth, -1, -1) end
+    if algo == 1 then return decide_token(a, b, c, now, cost, burst, refill, tok, depth, -1, -1) end
+    if algo == 2 then return decide_leaky(a, b, now, cost, burst, refill, tok, depth, -1, -1) end
     if algo == 3 then return decide_sliding(a, b, c, now, cost, req, per, wsc) end
     return decide_fixed(a, b, now, cost, req, per)
   end

@@ -143,7 +143,10 @@ State apply_delta(const State& s, const Policy& p, int64_t now, const Delta& d) 
     return n;
 }
 
-Grant grant(const State& s, const Policy& p, int64_t now, int64_t want, int64_t need, int64_t hosts) {
+Grant grant(const State& s, const Policy& policy, int64_t now, int64_t want, int64_t need, int64_t hosts) {
+    // A grant counts units: shaping (delay.h) applies where the requests are decided.
+    Policy p = policy;
+    p.delay_level = p.max_delay_units = kNoDelay;
     Grant g;
     g.decision = decide(s, p, now, 0);
     const int64_t remaining = g.decision.remaining;

@@ -54,7 +54,8 @@ State apply_delta(const State& s, const Policy& p, int64_t now, const Delta& d);
 // units and needs at least `need` (a request waiting for them; 0 when asking ahead). Redis
 // grants at most what the global state still admits, and at most a fair share of it,
 // ceil(remaining / hosts), but `need` whenever it fits. The granted units are consumed in the
-// global state (decide with cost = granted). granted == 0 when `need` does not fit; then
+// global state (decide with cost = granted, unshaped: a policy's delay= and max_delay= apply
+// where requests are decided, not to grants). granted == 0 when `need` does not fit; then
 // decision says when it would (retry_after_us).
 struct Grant {
     int64_t granted = 0;

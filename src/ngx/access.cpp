@@ -14,6 +14,7 @@ namespace {
 // when the request goes away.
 void rl_ctx_cleanup(void* data) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(data);
+    if (ctx->phase == RL_PHASE_DELAYED) rl_delay_abandoned(ctx);
     if (ctx->timer.timer_set) {
         ngx_del_timer(&ctx->timer);
     }
@@ -202,7 +203,7 @@ ngx_int_t rl_decide(ngx_http_request_t* r, rl_ctx_t* ctx, rl_loc_conf_t* lcf) {
         }
     }
     rl_finish(ctx, lcf);
-    return ctx->verdict;
+    return ctx->delaying ? rl_delay_start(ctx) : ctx->verdict;
 }
 
 }  // namespace
@@ -247,11 +248,7 @@ void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
     if (rejected || denied) {
         // All or nothing (dry run included): what the stores consumed for this request is
         // given back, and so is what a Redis call that timed out may still consume.
-        rl_result_t** list = list_of(ctx);
-        ngx_uint_t m = select_results(ctx, RL_STORE_SHM, list);
-        m += select_results(ctx, RL_STORE_LOCAL, list + m);
-        rl_refund_all(list, m, scratch_of(ctx));
-        rl_redis_refund(ctx);
+        rl_give_back(ctx);
     }
     rl_redis_forget(ctx);
 
@@ -267,9 +264,18 @@ void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
         ctx->decider = pick_most_restrictive(res, n);
         ctx->status = RL_STATUS_PASSED;
         if (denied && !lcf->dry_run) ctx->verdict = NGX_HTTP_SERVICE_UNAVAILABLE;
+        rl_delay_decide(ctx, lcf);
     }
     if (failed || sync_error) ctx->status = RL_STATUS_ERROR;
     rl_metrics_count_results(ctx, lcf);
+}
+
+void rl_give_back(rl_ctx_t* ctx) noexcept {
+    rl_result_t** list = list_of(ctx);
+    ngx_uint_t m = select_results(ctx, RL_STORE_SHM, list);
+    m += select_results(ctx, RL_STORE_LOCAL, list + m);
+    rl_refund_all(list, m, scratch_of(ctx));
+    rl_redis_refund(ctx);
 }
 
 ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
@@ -278,15 +284,16 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
     auto* lcf = static_cast<rl_loc_conf_t*>(ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module));
     if (lcf->applied == nullptr) return NGX_DECLINED;
     if (rl_ctx_t* ctx = rl_get_ctx(r)) {
-        if (ctx->phase == RL_PHASE_WAITING) return NGX_AGAIN;
+        if (ctx->phase == RL_PHASE_WAITING || ctx->phase == RL_PHASE_DELAYED) return NGX_AGAIN;
         if (ctx->phase == RL_PHASE_DECIDED) {
             ctx->phase = RL_PHASE_RETURNED;
-            return ctx->verdict;
+            return ctx->delaying ? rl_delay_start(ctx) : ctx->verdict;
         }
         if (ctx->phase == RL_PHASE_LEASED) {
             ctx->phase = RL_PHASE_RETURNED;
             ngx_int_t rc = rl_decide(r, ctx, lcf);
-            if (rc != NGX_AGAIN && ctx->timer.timer_set) {
+            // the lease wait's deadline, unless it waits again (a delay has its own timer)
+            if (ctx->phase != RL_PHASE_WAITING && ctx->timer.timer_set) {
                 ngx_del_timer(&ctx->timer);
             }
             return rc;

@@ -124,6 +124,7 @@ uint64_t load(const ngx_atomic_t& counter) { return static_cast<uint64_t>(counte
 
 const std::string_view kResultNames[RL_RESULT_N] = {
     "passed", "rejected", "rejected_dry_run", "exempt", "error_allowed", "error_denied", "error_local",
+    "delayed", "delayed_dry_run",
 };
 const std::string_view kErrorNames[RL_REDIS_ERR_N] = {
     "timeout", "refused", "reset", "protocol", "error_reply", "overflow",
@@ -338,8 +339,12 @@ void rl_metrics_count_results(const rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noe
         switch (res.store) {
         case RL_STORE_SHM:
         case RL_STORE_REDIS:
-            kind = res.decision.allowed ? RL_RESULT_PASSED
-                                        : lcf->dry_run ? RL_RESULT_REJECTED_DRY_RUN : RL_RESULT_REJECTED;
+            if (res.decision.allowed && res.decision.delay_us > 0) {
+                kind = lcf->dry_run ? RL_RESULT_DELAYED_DRY_RUN : RL_RESULT_DELAYED;
+            } else {
+                kind = res.decision.allowed ? RL_RESULT_PASSED
+                                            : lcf->dry_run ? RL_RESULT_REJECTED_DRY_RUN : RL_RESULT_REJECTED;
+            }
             break;
         case RL_STORE_LOCAL:
             kind = RL_RESULT_ERROR_LOCAL;

@@ -15,6 +15,8 @@ enum rl_result_kind_e {
     RL_RESULT_ERROR_ALLOWED,   // Redis did not answer; ratelimit_on_error allow / deny / local
     RL_RESULT_ERROR_DENIED,
     RL_RESULT_ERROR_LOCAL,
+    RL_RESULT_DELAYED,         // admitted after a delay (delay=)
+    RL_RESULT_DELAYED_DRY_RUN, // would have been delayed; passed at once
     RL_RESULT_N,
 };
 

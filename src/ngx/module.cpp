@@ -105,7 +105,7 @@ char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return static_cast<char*>(NGX_CONF_ERROR);
 }
 
-// ratelimit zone=NAME [burst=N] [quantity=N|$variable]
+// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [delay=N | nodelay] [max_delay=TIME]
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* lcf = static_cast<rl_loc_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
@@ -113,6 +113,8 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 
     rl_limit_t limit{};
     limit.quantity = 1;
+    limit.delay = rl::kNoDelay;
+    bool nodelay = false;
     limit.file = cf->conf_file->file.name.data;
     limit.line = cf->conf_file->line;
 
@@ -146,12 +148,32 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                 rl_conf_error(cf, "invalid quantity \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
+        } else if (rl_arg(a, "delay=", v)) {
+            if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.delay)) {
+                rl_conf_error(cf, "invalid delay \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+        } else if (a.len == 7 && ngx_strncmp(a.data, "nodelay", 7) == 0) {
+            nodelay = true;
+        } else if (rl_arg(a, "max_delay=", v)) {
+            if (!rl::parse_duration(rl_sv(v), limit.max_delay_us)) {
+                rl_conf_error(cf, "invalid max_delay \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
         } else {
             rl_conf_error(cf, "invalid parameter \"%V\"", &a);
             return static_cast<char*>(NGX_CONF_ERROR);
         }
     }
 
+    if (nodelay && limit.delay != rl::kNoDelay) {
+        rl_conf_error(cf, "\"delay\" and \"nodelay\" are mutually exclusive");
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
+    if (limit.max_delay_us > 0 && limit.delay == rl::kNoDelay) {
+        rl_conf_error(cf, "\"max_delay\" requires \"delay\"");
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
     if (limit.shm_zone == nullptr) {
         rl_conf_error(cf, "\"%V\" must have \"zone\" parameter", &args[0]);
         return static_cast<char*>(NGX_CONF_ERROR);
@@ -279,6 +301,15 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         if (!rl::is_bucket(p.algo) && (l.burst_set || zone->burst_set)) {
             rl_limit_error(cf, l,
                            "\"burst\" is not supported by the \"%V\" algorithm (zone \"%V\") in \"ratelimit\" directive "
+                           "in %s:%ui",
+                           zone, rl::algo_name(p.algo).data());
+            return false;
+        }
+        p.delay = l.delay;
+        p.max_delay_us = l.max_delay_us;
+        if (!rl::is_bucket(p.algo) && l.delay != rl::kNoDelay) {
+            rl_limit_error(cf, l,
+                           "\"delay\" is not supported by the \"%V\" algorithm (zone \"%V\") in \"ratelimit\" directive "
                            "in %s:%ui",
                            zone, rl::algo_name(p.algo).data());
             return false;

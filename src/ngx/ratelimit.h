@@ -65,6 +65,8 @@ struct rl_limit_t {
     bool burst_set;
     int64_t quantity;                       // used when quantity_cv is null
     ngx_http_complex_value_t* quantity_cv;  // quantity=$variable
+    int64_t delay;                          // delay=N, or rl::kNoDelay (nodelay, the default)
+    int64_t max_delay_us;                   // max_delay=TIME, 0 when none
     u_char* file;                           // where the line is, for errors found at merge
     ngx_uint_t line;
 };
@@ -169,6 +171,8 @@ enum rl_status_e {
     RL_STATUS_REJECTED_DRY_RUN,
     RL_STATUS_EXEMPT,    // every key was empty
     RL_STATUS_ERROR,     // Redis did not answer for some limit (on_error applied)
+    RL_STATUS_DELAYED,   // passed after waiting for a limit's delay= (delay.cpp)
+    RL_STATUS_DELAYED_DRY_RUN,  // would have waited; passed at once
 };
 
 enum rl_phase_e : uint8_t {
@@ -176,6 +180,7 @@ enum rl_phase_e : uint8_t {
     RL_PHASE_DECIDED,      // decided after waiting: the access handler returns the verdict
     RL_PHASE_RETURNED,     // verdict returned; later passes (internal redirects) are not counted
     RL_PHASE_LEASED,       // a lease wait ended: the access handler decides again
+    RL_PHASE_DELAYED,      // admitted, waiting for its delay (delay.cpp)
 };
 
 // What the module decided for a main request; survives internal redirects.
@@ -188,6 +193,8 @@ struct rl_ctx_t {
     const ngx_str_t* policy;  // its precomputed RateLimit-Policy (rl_loc_conf_t::policy)
     ngx_uint_t napplied;   // limits applied there (a decided result each, or the policy differs)
     int64_t retry_after_us;
+    int64_t delay_ms;      // the longest delay of the limits that admitted it ($ratelimit_delay)
+    bool delaying;         // the request waits delay_ms before its next phase
     bool headers_done;
     rl_phase_e phase;
     ngx_int_t verdict;     // what the access handler returns
@@ -210,6 +217,17 @@ rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept;
 // access.cpp, after Redis answered (or did not): applies on_error, all-or-nothing across
 // stores, and sets the verdict.
 void rl_finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept;
+// access.cpp: gives back what every store consumed for the request (shared memory at once,
+// Redis by a refund call).
+void rl_give_back(rl_ctx_t* ctx) noexcept;
+
+// delay.cpp
+// After rl_finish admitted a request: its delay (the longest of its limits'), status and log.
+void rl_delay_decide(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept;
+// Makes an admitted request wait ctx->delay_ms on a timer; returns what the phase handler returns.
+ngx_int_t rl_delay_start(rl_ctx_t* ctx) noexcept;
+// The request ends while delayed (the client closed the connection): its units go back.
+void rl_delay_abandoned(rl_ctx_t* ctx) noexcept;
 
 // redis_request.cpp
 // Sends the request's Redis checks; returns the number of calls now in flight.

@@ -30,9 +30,8 @@ struct rl_batch_t {
 
 namespace {
 
-// The core's description of a call's checks, in the request's pool.
-rl::RedisCheck* checks_of(rl_call_t* call, ngx_pool_t* pool) {
-    auto* checks = static_cast<rl::RedisCheck*>(ngx_palloc(pool, call->nchecks * sizeof(rl::RedisCheck)));
+// The core's description of a call's checks, into `checks` (room for call->nchecks).
+rl::RedisCheck* checks_of(rl_call_t* call, rl::RedisCheck* checks) {
     if (checks == nullptr) return nullptr;
     for (ngx_uint_t i = 0; i < call->nchecks; i++) {
         const rl_result_t& res = call->ctx->results[call->checks[i]];
@@ -478,7 +477,8 @@ ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
 
     for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
         rl_call_t* call = &ctx->calls[k];
-        call->rchecks = checks_of(call, r->pool);
+        call->rchecks = checks_of(call, static_cast<rl::RedisCheck*>(
+                                                 ngx_palloc(r->pool, call->nchecks * sizeof(rl::RedisCheck))));
         if (call->rchecks != nullptr && queue_call(call, false)) {
             ctx->waiting++;
         } else {
@@ -528,8 +528,12 @@ void rl_redis_refund(rl_ctx_t* ctx) noexcept {
         bool consumed = false;
         for (ngx_uint_t i = 0; i < call->nchecks; i++) consumed = consumed || ctx->results[call->checks[i]].consumed;
         if (!consumed) continue;
-        rl::RedisCheck* checks = checks_of(call, ctx->r->pool);  // with each result's decision time
+        // With each result's decision time; not in the request's pool, which is gone when a
+        // request ends while delayed (delay.cpp).
+        rl::RedisCheck* checks = checks_of(call, static_cast<rl::RedisCheck*>(
+                                                     ngx_alloc(call->nchecks * sizeof(rl::RedisCheck), call->redis->conn.log)));
         if (checks != nullptr) send_refund(call->redis, call->node, checks, call->nchecks);
+        ngx_free(checks);
         for (ngx_uint_t i = 0; i < call->nchecks; i++) ctx->results[call->checks[i]].consumed = false;
     }
 }

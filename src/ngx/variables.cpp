@@ -1,15 +1,16 @@
-// $ratelimit_status, $ratelimit_limit, $ratelimit_remaining, $ratelimit_reset, $ratelimit_zone.
+// $ratelimit_status, $ratelimit_limit, $ratelimit_remaining, $ratelimit_reset, $ratelimit_zone,
+// $ratelimit_delay.
 #include "ratelimit.h"
 
 #include "core/headers.h"
 
 namespace {
 
-enum rl_var_e { RL_VAR_STATUS, RL_VAR_LIMIT, RL_VAR_REMAINING, RL_VAR_RESET, RL_VAR_ZONE };
+enum rl_var_e { RL_VAR_STATUS, RL_VAR_LIMIT, RL_VAR_REMAINING, RL_VAR_RESET, RL_VAR_ZONE, RL_VAR_DELAY };
 
 ngx_str_t rl_status_names[] = {
     ngx_null_string, ngx_string("PASSED"), ngx_string("REJECTED"), ngx_string("REJECTED_DRY_RUN"),
-    ngx_string("EXEMPT"), ngx_string("ERROR"),
+    ngx_string("EXEMPT"), ngx_string("ERROR"), ngx_string("DELAYED"), ngx_string("DELAYED_DRY_RUN"),
 };
 
 void set_value(ngx_http_variable_value_t* v, u_char* data, size_t len) {
@@ -18,6 +19,13 @@ void set_value(ngx_http_variable_value_t* v, u_char* data, size_t len) {
     v->no_cacheable = 0;
     v->not_found = 0;
     v->data = data;
+}
+
+ngx_int_t set_number(ngx_http_request_t* r, ngx_http_variable_value_t* v, int64_t n) {
+    auto* p = static_cast<u_char*>(ngx_pnalloc(r->pool, NGX_INT64_LEN));
+    if (p == nullptr) return NGX_ERROR;
+    set_value(v, p, ngx_sprintf(p, "%L", n) - p);
+    return NGX_OK;
 }
 
 ngx_int_t rl_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintptr_t which) noexcept {
@@ -30,6 +38,7 @@ ngx_int_t rl_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintp
         set_value(v, rl_status_names[ctx->status].data, rl_status_names[ctx->status].len);
         return NGX_OK;
     }
+    if (which == RL_VAR_DELAY) return set_number(r, v, ctx->delay_ms);
     if (ctx->decider < 0) {
         v->not_found = 1;
         return NGX_OK;
@@ -39,13 +48,9 @@ ngx_int_t rl_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintp
         set_value(v, res.applied->zone->name.data, res.applied->zone->name.len);
         return NGX_OK;
     }
-    int64_t n = which == RL_VAR_LIMIT ? res.applied->policy.requests
-              : which == RL_VAR_REMAINING ? res.decision.remaining
-              : rl::ceil_seconds(res.decision.reset_us);
-    auto* p = static_cast<u_char*>(ngx_pnalloc(r->pool, NGX_INT64_LEN));
-    if (p == nullptr) return NGX_ERROR;
-    set_value(v, p, ngx_sprintf(p, "%L", n) - p);
-    return NGX_OK;
+    return set_number(r, v, which == RL_VAR_LIMIT ? res.applied->policy.requests
+                          : which == RL_VAR_REMAINING ? res.decision.remaining
+                          : rl::ceil_seconds(res.decision.reset_us));
 }
 
 struct rl_var_def {
@@ -59,6 +64,7 @@ rl_var_def rl_vars[] = {
     {ngx_string("ratelimit_remaining"), RL_VAR_REMAINING},
     {ngx_string("ratelimit_reset"), RL_VAR_RESET},
     {ngx_string("ratelimit_zone"), RL_VAR_ZONE},
+    {ngx_string("ratelimit_delay"), RL_VAR_DELAY},
 };
 
 }  // namespace
