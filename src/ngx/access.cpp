@@ -292,8 +292,7 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         if (ctx->phase == RL_PHASE_LEASED) {
             ctx->phase = RL_PHASE_RETURNED;
             ngx_int_t rc = rl_decide(r, ctx, lcf);
-            // the lease wait's deadline, unless it waits again (a delay has its own timer)
-            if (ctx->phase != RL_PHASE_WAITING && ctx->timer.timer_set) {
+            if (ctx->phase != RL_PHASE_WAITING && ctx->timer.timer_set) {  // (a delay has its own timer)
                 ngx_del_timer(&ctx->timer);
             }
             return rc;
