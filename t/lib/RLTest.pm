@@ -894,6 +894,26 @@ sub cli {
     return $out;
 }
 
+# cmd(@args) -> (1, reply) or (0, reason): one command over a kept connection, the reply
+# decoded and binary safe (GET of a packed state), as RLTest::RedisCluster's cmd.
+sub cmd {
+    my ($self, @args) = @_;
+    my $why = 'no connection';
+    for my $attempt (1, 2) {
+        my $c = $self->{conn};
+        if (!$c || $c->{pid} != $$) {
+            $c = $self->{conn} = RLTest::RedisCluster::_connect($self->{port}, $self->{password})
+              or return (0, "cannot connect to $self->{port}");
+        }
+        my ($ok, $v) = RLTest::RedisCluster::_roundtrip($c, @args);
+        return (1, $v) if $ok;
+        $why = $v;
+        close $c->{s};
+        delete $self->{conn};
+    }
+    return (0, $why);
+}
+
 # The keys of the database (few, in tests).
 sub keys_matching {
     my ($self, $pattern) = @_;
@@ -903,6 +923,8 @@ sub keys_matching {
 sub kill_now {
     my ($self, $sig) = @_;
     return unless $self->{pid};
+    close $self->{conn}{s} if $self->{conn};
+    delete $self->{conn};
     kill $sig // 'KILL', $self->{pid};
     waitpid $self->{pid}, 0;
     delete $self->{pid};

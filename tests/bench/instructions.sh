@@ -7,6 +7,11 @@
 #   tests/bench/instructions.sh        (needs valgrind; Redis row: redis-server, else skipped)
 #   METRICS=on tests/bench/instructions.sh   the same with a ratelimit_metrics location: every
 #                                            zone and Redis counts into the metrics' shared memory
+#   SYNC=on tests/bench/instructions.sh      two more rows: gcra with sync=100ms, optimistic and
+#                                            lease (their rounds run on timers inside the event
+#                                            loop, so they count, spread over the requests; idle,
+#                                            the zones still send a round each interval, which
+#                                            every row then counts too: hence not by default)
 #
 # One nginx (one process, no master) runs under callgrind, collecting only inside its event
 # loop; for each location: a few requests to warm up, counters zeroed, REQUESTS requests from
@@ -54,6 +59,10 @@ CASES=(
 for a in gcra token leaky sliding fixed log; do CASES+=("ratelimit $a|ratelimit zone=z_$a; empty_gif;"); done
 CASES+=("ratelimit gcra, tier (rate and burst from a map)|ratelimit zone=z_tier; empty_gif;")
 [[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis|ratelimit zone=z_redis; empty_gif;")
+if [[ -n $redis_port && ${SYNC:-off} == on ]]; then
+    CASES+=("ratelimit gcra, Redis, sync=100ms optimistic|ratelimit zone=z_sync; empty_gif;"
+        "ratelimit gcra, Redis, sync=100ms lease|ratelimit zone=z_lease; empty_gif;")
+fi
 
 {
     echo "load_module $SO;"
@@ -71,6 +80,10 @@ CASES+=("ratelimit gcra, tier (rate and burst from a map)|ratelimit zone=z_tier;
     if [[ -n $redis_port ]]; then
         echo "  ratelimit_redis r 127.0.0.1:$redis_port timeout=1s;"
         echo "  ratelimit_zone z_redis key=one $quota burst=1000 redis=r;"
+        if [[ ${SYNC:-off} == on ]]; then
+            echo "  ratelimit_zone z_sync key=one $quota burst=1000 redis=r sync=100ms size=1m;"
+            echo "  ratelimit_zone z_lease key=one $quota burst=1000 redis=r sync=100ms sync_mode=lease size=1m;"
+        fi
     fi
     PORTS=()
     for c in "${CASES[@]}"; do

@@ -8,6 +8,7 @@
 #   tests/bench/run.sh                      (or ./build.sh bench, which builds the module first)
 #   DURATION=5 ROUNDS=1 CASES='gcra|^plain$' tests/bench/run.sh
 #   CASES='redis|cluster' tests/bench/run.sh          (the Redis and Redis Cluster rows only)
+#   CASES='^sync-' tests/bench/run.sh     (the sync=100ms rows, with the rows they are compared with)
 #
 # Settings (environment):
 #   DURATION   seconds measured per case and round            (10)
@@ -84,6 +85,12 @@
 # ways (2 rounds each, quiet machine, the .so of commit 70dd798): pinned gave the same or higher
 # req/s for the Redis rows (one key 0.74x plain pinned vs 0.63x unpinned; 1M keys 0.52x vs
 # 0.54x) and less spread.
+# Sync rows (sync-*): the zone decides every request in its shared memory (ZONE_SIZE) and
+# reconciles with Redis every 100ms (sync_mode=optimistic, or lease), each on a standalone
+# redis-server of its own (pinned as REDIS_CPU), so that the Redis commands and Redis CPU per
+# 1000 requests (INFO commandstats without INFO itself, INFO cpu used_cpu_sys + used_cpu_user,
+# read before and after the measured run) are the case's alone. A table after the main one puts
+# each beside gcra in shared memory and in Redis per request, same key kind, same run.
 # The cluster nodes are not pinned by default: pinned together to one CPU, 3 primaries could
 # only share the CPU 1 primary has, which rules out by construction what the cluster rows look
 # for (whether more primaries bring more throughput); unpinned they may spread over both CPUs.
@@ -181,6 +188,10 @@ redis-gcra              one   module            1  snip_redis gcra
 redis-gcra-1M           many  module            1  snip_redis gcra
 redis-gcra-rejected     one   module-reject     1  snip_redis gcra quota=requests=1_period=1h log=info
 redis-sliding-1M        many  module            1  snip_redis sliding
+sync-gcra               one   module            1  snip_redis gcra sync=100ms
+sync-gcra-1M            many  module            1  snip_redis gcra sync=100ms
+sync-lease-gcra         one   module            1  snip_redis gcra sync=100ms mode=lease
+sync-lease-gcra-1M      many  module            1  snip_redis gcra sync=100ms mode=lease
 cluster1-gcra-1M        many  module            1  snip_redis gcra cluster=1
 cluster3-gcra-1M        many  module            1  snip_redis gcra cluster=3
 plain-rand-2w           many  plain             2  snip_plain
@@ -199,6 +210,8 @@ label_of() {
         limit_req*) echo "limit_req$w" ;;
         *-headers-off) echo "ratelimit ${n%%-*}, ratelimit_headers off$w" ;;
         redis-*-rejected) n=${n#redis-}; echo "ratelimit ${n%-rejected}, Redis, rejected (429)$w" ;;
+        sync-lease-*) n=${n#sync-lease-}; echo "ratelimit ${n%-1M}, Redis, sync=100ms lease$w" ;;
+        sync-*) n=${n#sync-}; echo "ratelimit ${n%-1M}, Redis, sync=100ms optimistic$w" ;;
         redis-*) n=${n#redis-}; echo "ratelimit ${n%-1M}, Redis$w" ;;
         cluster1-*) n=${n#cluster1-}; echo "ratelimit ${n%-1M}, Redis Cluster of 1 primary$w" ;;
         cluster3-*) n=${n#cluster3-}; echo "ratelimit ${n%-1M}, Redis Cluster of 3 primaries$w" ;;
@@ -284,14 +297,18 @@ snip_module() {
 # log=LEVEL: ratelimit_log_level LEVEL (the rejected row: info, below the error log's level for
 # requests, notice: the row measures rejecting, not writing one error.log line per request).
 # The zone's shared memory only serves ratelimit_on_error local, unused here: 1m.
+# sync=TIME [mode=lease]: the zone decides in its shared memory and reconciles with Redis every
+# TIME (sync_mode=optimistic unless mode= says otherwise), on a standalone server of its own.
 snip_redis() {
-    local part=$1 name=$2 key=$3 algo=$4 cluster=0 quota="" log="" arg srv
+    local part=$1 name=$2 key=$3 algo=$4 cluster=0 quota="" log="" sync="" mode="" arg srv size=1m
     shift 4
     for arg in "$@"; do
         case $arg in
             cluster=*) cluster=${arg#cluster=} ;;
             quota=*) quota=${arg#quota=}; quota=${quota//_/ } ;;
             log=*) log=${arg#log=} ;;
+            sync=*) sync=${arg#sync=} ;;
+            mode=*) mode=${arg#mode=} ;;
         esac
     done
     if [[ -z $quota ]]; then
@@ -306,8 +323,17 @@ snip_redis() {
     fi
     srv=standalone
     ((cluster > 0)) && srv=cluster$cluster
+    if [[ -n $sync ]]; then
+        # decided in shared memory (ZONE_SIZE, as the shared-memory rows); a server of its own, so
+        # that its Redis commands and CPU are the case's alone (idle sync zones still send rounds)
+        srv=sync_$name size=$ZONE_SIZE
+        quota="$quota sync=$sync${mode:+ sync_mode=$mode}"
+    fi
     case $part in
-        start) redis_start "$srv" "$cluster"; CASE_REDIS[$name]=$srv ;;
+        start)
+            redis_start "$srv" "$cluster"
+            CASE_REDIS[$name]=$srv
+            if [[ -n $sync ]]; then SYNC_CASE[$name]=1; fi ;;
         stop) redis_stop "$srv" ;;
         http)
             if ((cluster > 0)); then
@@ -315,7 +341,7 @@ snip_redis() {
             else
                 echo "ratelimit_redis r_$name $(redis_addrs "$srv") timeout=100ms;"
             fi
-            echo "ratelimit_zone rl_$name key=$key $quota size=1m algo=$algo redis=r_$name;" ;;
+            echo "ratelimit_zone rl_$name key=$key $quota size=$size algo=$algo redis=r_$name;" ;;
         location)
             echo "ratelimit zone=rl_$name;"
             echo "ratelimit_on_error deny;"
@@ -330,6 +356,7 @@ WRK_PID=""
 PROBE_PID=""
 declare -A NG_MASTER=() NG_WORKERS=()   # nginx instance (its worker count) -> master pid, worker pids
 declare -A CASE_REDIS=()                # case's zone name -> its Redis server (a key of RSRV_*)
+declare -A SYNC_CASE=()                 # case's zone name -> 1 for a zone with sync=
 declare -A RSRV_PORTS=() RSRV_PIDS=()   # Redis server -> ports, pids (one per node)
 declare -A USED_PORTS=()
 
@@ -551,6 +578,18 @@ redis_script_calls() {
     for p in ${RSRV_PORTS[$1]}; do "$REDIS_CLI" -p "$p" info commandstats 2>/dev/null; done | tr -d '\r' |
         awk -F'[:=,]' '$1 ~ /^cmdstat_(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)$/ { n += $3 } END { print n + 0 }'
 }
+# every command the server's nodes have run but INFO (which this script sends), and their CPU
+# time as INFO cpu says (used_cpu_sys + used_cpu_user, seconds)
+redis_commands() {
+    local p
+    for p in ${RSRV_PORTS[$1]}; do "$REDIS_CLI" -p "$p" info commandstats 2>/dev/null; done | tr -d '\r' |
+        awk -F'[:=,]' '$1 ~ /^cmdstat_/ && $1 != "cmdstat_info" { n += $3 } END { print n + 0 }'
+}
+redis_info_cpu() {
+    local p
+    for p in ${RSRV_PORTS[$1]}; do "$REDIS_CLI" -p "$p" info cpu 2>/dev/null; done | tr -d '\r' |
+        awk -F: '$1 == "used_cpu_sys" || $1 == "used_cpu_user" { t += $2 } END { printf "%.6f\n", t }'
+}
 redis_dbsizes() { local p; for p in ${RSRV_PORTS[$1]}; do "$REDIS_CLI" -p "$p" dbsize 2>/dev/null; done | paste -sd/; }
 # every Redis pid (subtracted from "other CPU": they are part of the benchmark)
 all_redis_pids() { local s; for s in "${!RSRV_PIDS[@]}"; do printf '%s ' ${RSRV_PIDS[$s]}; done; }
@@ -581,6 +620,14 @@ plain_of() {  # plain_of KIND WORKERS: the plain case with those, or nothing
     printf '%s\n' "${NAMES[@]}" | grep -qx -- "$n" && echo "$n"
     return 0
 }
+# sync_bases CASE: for a sync-* case, the shared-memory and per-request Redis cases of its
+# algorithm and key kind ("gcra redis-gcra" for sync-lease-gcra)
+sync_bases() {
+    local n=$1
+    [[ $n == sync-* ]] || return 0
+    n=${n#sync-}; n=${n#lease-}
+    echo "$n redis-$n"
+}
 lr_of() { (($2 == 1)) && { [[ $1 == one ]] && echo limit_req || echo limit_req-1M; }; return 0; }
 declare -A WANT=()
 for i in "${!NAMES[@]}"; do
@@ -591,6 +638,8 @@ for i in "${!NAMES[@]}"; do
         [[ ${CHECK[$i]} == module* && -n $b ]] && WANT[$b]=1
         # one-key rows with headers also compare with plain + the same headers
         [[ ${CHECK[$i]} == module && ${KIND[$i]} == one && ${WORKERS[$i]} == 1 ]] && WANT[plain-headers]=1
+        # sync rows compare with the same algorithm in shared memory and in Redis per request
+        for b in $(sync_bases "${NAMES[$i]}"); do WANT[$b]=1; done
     fi
 done
 SEL=()
@@ -750,6 +799,7 @@ for i in "${SEL[@]}"; do
     esac
     check "$name: $st${hdr:+ RateLimit: $hdr} (want $want)" "$ok"
     if [[ -n $srv ]]; then
+        [[ -n ${SYNC_CASE[$z]:-} ]] && sleep 0.5    # a sync zone sends at its next round
         calls=$(($(redis_script_calls "$srv") - calls0))
         check "$name: Redis $srv ran $calls script call(s) for it (want >= 1)" "$((calls >= 1 ? 1 : 0))"
     fi
@@ -760,7 +810,8 @@ while IFS= read -r line; do CAPACITY+=("$line"); done < <(
     grep -ho 'ratelimit zone "rl_[^"]*": [0-9]* keys of [0-9]* bytes' "$TMP"/ng*/error.log | grep -v '"rl_ctl"' | sort -u)
 for line in "${CAPACITY[@]}"; do
     z=$(sed 's/^ratelimit zone "rl_\([^"]*\)".*/\1/' <<<"$line")
-    [[ -n ${CASE_REDIS[$z]:-} ]] && continue    # a Redis zone: its shared memory is unused here
+    # a Redis zone: its shared memory is unused here (unless it syncs: it decides there)
+    [[ -n ${CASE_REDIS[$z]:-} && -z ${SYNC_CASE[$z]:-} ]] && continue
     if [[ $line == *_1M[\"_]* ]]; then
         cap=$(awk '{ print $4 }' <<<"$line")
         check "capacity: $line (want >= $KEYS)" "$([[ $cap -ge $KEYS ]] && echo 1 || echo 0)"
@@ -814,13 +865,18 @@ load_case() {
 #    8 socket-errors   9 requests   10 redis-cpu%   11 redis-ms-per-1000-checks
 #   12 p99-alone(ms)   13 error-log-lines   14 redis-cpu%-per-node (a/b/c)   15 checks-per-script-call
 #   16 softirq-cpu%   17 all CPUs busy (% of one CPU; irq, softirq included)
+#   18 Redis commands per 1000 requests (INFO commandstats, INFO itself left out; the
+#      commands scripts run count too)
+#   19 Redis CPU ms per 1000 requests (INFO cpu: used_cpu_sys + used_cpu_user)
+#   20 Redis calls per 1000 requests: script calls (EVAL, EVALSHA, FCALL), all the module sends
+#      once connected (checks, refunds, sync rounds, heartbeats, lease asks)
 # CPU shares are of the wall time of the measured run, in % of one CPU. "other" is what else was
 # busy on the CPUs the case uses (other processes; irq/softirq apart, in field 16): a high value
-# means a disturbed run. Fields 10, 11, 14, 15 are "-" for a case without Redis.
+# means a disturbed run. Fields 10, 11, 14, 15, 18-20 are "-" for a case without Redis.
 HZ=$(getconf CLK_TCK)
 measure() {
     local i=$1 out=$2 w=${WORKERS[$1]} srv rp="" cpus p0 p1 r0 r1 a0 a1 b0 b1 c0 c1 w0 w1 reqs
-    local e0 k0=0 k1=0 lat="nan" elog rcpu m0 m1
+    local e0 k0=0 k1=0 lat="nan" elog rcpu m0 m1 cm0=0 cm1=0 ic0=0 ic1=0
     srv=${CASE_REDIS[$(zname "${NAMES[$i]}")]:-}
     [[ -n $srv ]] && rp=${RSRV_PIDS[$srv]}
     cpus="$NGINX_CPU $WRK_CPU"
@@ -832,7 +888,7 @@ measure() {
         cpus="$cpus ${rcpu//,/ }"
     fi
     load_case "$out.warmup" "$WARMUP" "$i"
-    [[ -n $srv ]] && k0=$(redis_script_calls "$srv")
+    if [[ -n $srv ]]; then k0=$(redis_script_calls "$srv"); cm0=$(redis_commands "$srv"); ic0=$(redis_info_cpu "$srv"); fi
     e0=$(stat -c %s "$TMP/ng$w/error.log")
     p0=$(ticks_sum ${NG_WORKERS[$w]}); r0=$(proc_ticks $rp); a0=$(ticks_sum $(all_redis_pids))
     b0=$(cpu_ticks $cpus); m0=$(cpu_ticks $ALL_CPUS); children_cpu >"$TMP/c0"; w0=$EPOCHREALTIME
@@ -848,7 +904,7 @@ measure() {
     for p in ${NG_WORKERS[$w]}; do
         kill -0 "$p" 2>/dev/null || die "an nginx worker died during ${NAMES[$i]}: $(tail -5 "$TMP/ng$w/error.log")"
     done
-    [[ -n $srv ]] && k1=$(redis_script_calls "$srv")
+    if [[ -n $srv ]]; then k1=$(redis_script_calls "$srv"); cm1=$(redis_commands "$srv"); ic1=$(redis_info_cpu "$srv"); fi
     elog=$(tail -c +$((e0 + 1)) "$TMP/ng$w/error.log" | grep -cE '\[(error|crit|alert|emerg)\]' || true)
     if ((LAT_DURATION > 0)); then
         # in the background, as run_wrk does, so that a signal reaches the trap at once
@@ -864,12 +920,12 @@ measure() {
         -v sock="$(wrk_sockerr "$out")" -v p=$((p1 - p0)) -v r0="$r0" -v r1="$r1" -v a=$((a1 - a0)) \
         -v b0="$b0" -v b1="$b1" -v w="$(awk -v a="$c0" -v b="$c1" 'BEGIN { print b - a }')" -v redis="$srv" \
         -v hz="$HZ" -v t0="$w0" -v t1="$w1" -v lat="$lat" -v elog="${elog:-0}" -v k=$((k1 - k0)) \
-        -v m0="$m0" -v m1="$m1" 'BEGIN {
+        -v m0="$m0" -v m1="$m1" -v cm=$((cm1 - cm0)) -v ic0="$ic0" -v ic1="$ic1" 'BEGIN {
             wall = t1 - t0; ng = p / hz
             split(b0, x); split(b1, y); busy = (y[1] - x[1]) / hz; soft = (y[2] - x[2]) / hz
             split(m0, x); split(m1, y); machine = (y[1] - x[1] + y[2] - x[2]) / hz
             other = busy - ng - w - a / hz; if (other < 0) other = 0
-            rc = "-"; rms = "-"; per = "-"; cpc = "-"
+            rc = "-"; rms = "-"; per = "-"; cpc = "-"; cmk = "-"; icms = "-"; kk = "-"
             if (redis != "") {
                 m = split(r0, u); split(r1, v); tot = 0; per = ""
                 for (j = 1; j <= m; j++) { d = (v[j] - u[j]) / hz; tot += d
@@ -877,10 +933,13 @@ measure() {
                 rc = sprintf("%.1f", 100 * tot / wall)
                 rms = sprintf("%.3f", (n ? 1e6 * tot / n : 0))
                 cpc = sprintf("%.1f", (k ? n / k : 0))
+                cmk = sprintf("%.3f", (n ? 1000 * cm / n : 0))
+                icms = sprintf("%.3f", (n ? 1e6 * (ic1 - ic0) / n : 0))
+                kk = sprintf("%.3f", (n ? 1000 * k / n : 0))
             }
-            printf "%s %s %.2f %.0f %.0f %d %.0f %d %d %s %s %s %d %s %s %.0f %.0f\n", rps, p99, (n ? 1e6 * ng / n : 0),
+            printf "%s %s %.2f %.0f %.0f %d %.0f %d %d %s %s %s %d %s %s %.0f %.0f %s %s %s\n", rps, p99, (n ? 1e6 * ng / n : 0),
                 100 * ng / wall, 100 * w / wall, non2xx, 100 * other / wall, sock, n, rc, rms, lat, elog, per, cpc,
-                100 * soft / wall, 100 * machine / wall }' >"$out.res"
+                100 * soft / wall, 100 * machine / wall, cmk, icms, kk }' >"$out.res"
 }
 
 # wait_quiet: before a measurement, wait (at most QUIET_WAIT seconds) until the two CPUs are
@@ -910,10 +969,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
         for ((attempt = 0; attempt <= RETRIES; attempt++)); do
             wait_quiet
             measure "$i" "$out"
-            read -r rps p99 us_req ncpu_pct wcpu_pct non2xx other_pct sock reqs rcpu rms lat elog rper cpc soft mach <"$out.res"
-            say "$(printf '[%d/%d] round %d %-19s %7.0f req/s p99 %s ms (alone %s) nginx %3s%% %5s us/req wrk %3s%% redis %s%% (%s) %s ms/1k, %s/call other %s%% softirq %s%% all %s%% non-2xx %s err %s log %s' \
+            read -r rps p99 us_req ncpu_pct wcpu_pct non2xx other_pct sock reqs rcpu rms lat elog rper cpc soft mach cmk _ kk <"$out.res"
+            say "$(printf '[%d/%d] round %d %-19s %7.0f req/s p99 %s ms (alone %s) nginx %3s%% %5s us/req wrk %3s%% redis %s%% (%s) %s ms/1k, %s/call, %s calls/1k, %s cmds/1k other %s%% softirq %s%% all %s%% non-2xx %s err %s log %s' \
                 "$k" "$total" "$round" "$name" "$rps" "$p99" "$lat" "$ncpu_pct" "$us_req" "$wcpu_pct" "$rcpu" "$rper" \
-                "$rms" "$cpc" "$other_pct" "$soft" "$mach" "$non2xx" "$sock" "$elog")"
+                "$rms" "$cpc" "$kk" "$cmk" "$other_pct" "$soft" "$mach" "$non2xx" "$sock" "$elog")"
             ((other_pct <= OTHER_MAX || $(date +%s) - START_TIME >= MAX_TIME)) && break
             if ((attempt < RETRIES)); then
                 say "   disturbed (other ${other_pct}% > ${OTHER_MAX}%): measuring again"
@@ -1032,6 +1091,7 @@ cat <<EOF
   below the log's level: the row measures rejecting, not writing an error.log line per request).
   limit_req: rate=100000000r/s, limit_req burst=1000000 nodelay (a burst because limit_req counts all the
   requests of one millisecond against it).
+  sync=100ms rows: the same quotas as the Redis rows.
 EOF
 echo
 echo "Sanity checks:"
@@ -1105,6 +1165,48 @@ if ((${#CASE_REDIS[@]})); then
             "$(awk -v a="$(col "$a" 11)" -v b="$(col "$b" 11)" 'BEGIN { print (b > 0 ? 3 * a / b : 0) }')"
     done
 fi
+# Sync zones: each sync row beside the same algorithm in shared memory and in Redis per request
+# (same key kind, same run), with the Redis commands and Redis CPU (INFO) per 1000 requests.
+SYNC_ORDER=()
+for n in gcra redis-gcra sync-gcra sync-lease-gcra gcra-1M redis-gcra-1M sync-gcra-1M sync-lease-gcra-1M; do
+    [[ -n ${RPS[$n]:-} ]] && SYNC_ORDER+=("$n")
+done
+if printf '%s\n' "${SYNC_ORDER[@]}" | grep -q '^sync-'; then
+    echo
+    echo "Sync zones (sync=100ms), against the same limit in shared memory and in Redis per request, same run"
+    echo "(ratios: median over rounds of the same-round ratio; Redis: INFO commandstats and INFO cpu before/after each run;"
+    echo "calls: the script calls the module sends, FCALL or EVALSHA; commands: every command Redis ran, inside scripts too):"
+    echo
+    echo "| case | keys | req/s | vs plain | vs shared memory | vs Redis per request | Redis calls per 1000 requests | Redis commands per 1000 requests (in scripts too) | Redis CPU per 1000 requests | non-2xx |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for name in "${SYNC_ORDER[@]}"; do
+        i=${IDX[$name]}
+        keys=1
+        [[ ${KIND[$i]} == many ]] && keys=$(keys_label)
+        shm=gcra redis=redis-gcra
+        [[ ${KIND[$i]} == many ]] && { shm=gcra-1M; redis=redis-gcra-1M; }
+        vs_shm="-" vs_redis="-"
+        [[ $name != "$shm" ]] && vs_shm=$(ratio "$name" "$shm")
+        [[ $name != "$redis" ]] && vs_redis=$(ratio "$name" "$redis")
+        printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$(label_of "$name")" "$keys" \
+            "$(awk -v r="${RPS[$name]}" 'BEGIN { printf "%d", r + 0.5 }')" "$(ratio "$name" "$(plain_of "${KIND[$i]}" 1)")" \
+            "$vs_shm" "$vs_redis" "$(fmt '%.2f' "$(col "$name" 20)")" "$(fmt '%.1f' "$(col "$name" 18)")" \
+            "$(fmt '%.3f ms' "$(col "$name" 19)")" \
+            "$(cat "$TMP/out/$name".*.res | awk '{ a += $6 } END { print a + 0 }')"
+    done
+    echo
+    echo "Sync targets (reported, not enforced):"
+    target "hot key >= 0.95x shared memory:" sync-gcra gcra 0.95
+    target "hot key >= 0.95x shared memory:" sync-lease-gcra gcra 0.95
+    target "$(keys_label) keys >= 0.85x shared memory:" sync-gcra-1M gcra-1M 0.85
+    for name in sync-gcra sync-lease-gcra; do
+        [[ -n ${RPS[$name]:-} ]] || continue
+        c=$(col "$name" 20)
+        printf '  %-40s %-20s %s Redis calls per 1000 requests %s\n' "hot key: <= 10 Redis calls per 1000:" "$name" "$c" \
+            "$(awk -v c="$c" 'BEGIN { print ((c != "nan" && c <= 10) ? "met" : "NOT met") }')"
+    done
+fi
+
 echo
 echo "Reproduce: $REPRO"
 echo "Total time: $((elapsed / 60))m$((elapsed % 60))s"
