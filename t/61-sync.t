@@ -71,12 +71,16 @@ for my $m (@modes) {
 zone(name => 'conv', algo => 'fixed', requests => 1000, period => $day, sync => 0.2);  # default mode
 # one host alone at 80% of a limit whose interval refills more than its burst (r T = 10 > 5)
 zone(name => "u_$_", algo => 'gcra', mode => $_, requests => 100, period => 1, burst => 4) for @modes;
+# ... and optimistic with the burst the README asks for (burst + 1 >= r T)
+zone(name => 'u_opt_burst', algo => 'gcra', mode => 'optimistic', requests => 100, period => 1, burst => 10);
 
 my $zone_lines = join '', map { '    ' . zone_line($_, 'r') . "\n" } @zones;
 my $locations  = join '', map { "        location = /$_->{name} { ratelimit zone=$_->{name}; empty_gif; }\n" } @zones;
 # the same limit in shared memory only: the control of the one-host case
 $zone_lines .= "    ratelimit_zone u_shm key=\$arg_k requests=100 period=1s burst=4;\n";
 $locations  .= "        location = /u_shm { ratelimit zone=u_shm; empty_gif; }\n";
+$zone_lines .= "    ratelimit_zone u_shm_burst key=\$arg_k requests=100 period=1s burst=10;\n";
+$locations  .= "        location = /u_shm_burst { ratelimit zone=u_shm_burst; empty_gif; }\n";
 my $http = <<"EOF2";
     ratelimit_redis r 127.0.0.1:$rp timeout=500ms;
 $zone_lines
@@ -183,25 +187,25 @@ sub statuses_ok {
 # ---------------------------------------------------------------- one host below the limit
 # 80 requests/s from one host to a 100 r/s limit (burst 4), sync=100ms: a sync zone admits
 # what the same limit in shared memory admits (all, unless the machine bunches the requests:
-# the control says), in both modes. Its own interval's delta (8 units, more than the bucket
-# holds) must not make the host reject its own traffic after each sync.
+# the control says), lease always, optimistic when its burst covers an interval's refill.
 {
     my %got;
-    for my $z (qw(u_shm u_optimistic u_lease)) {
+    for my $z (qw(u_shm u_optimistic u_lease u_shm_burst u_opt_burst)) {
         my $r = paced([$n1->port], "/$z?k=one", rate => 40, seconds => 2, clients => 2);
         $got{$z} = $r->{200} // 0;
     }
     note("one host at 80% of the limit, admitted of 160: " . join(', ', map { "$_ $got{$_}" } sort keys %got));
     cmp_ok($got{u_shm}, '>=', 150, 'one host below the limit: the shared-memory control admits (nearly) all');
     cmp_ok($got{u_lease}, '>=', $got{u_shm} - 2, 'one host below the limit, lease: admitted as in shared memory');
-  TODO: {
-        # Known: a delta is poured at its last admission (src/core/sync.h apply_delta; what keeps
-        # the optimistic bound), after a whole interval of drain: the view after a sync holds
-        # ~0.8 r T = 8 units, over the bucket's 5, and the host rejects its own requests for a
-        # while after each sync whenever r T > burst + 1 (README, "Sharing a limit").
-        local $TODO = 'optimistic: a host near its limit is rejected after each sync when r*T > burst+1';
-        cmp_ok($got{u_optimistic}, '>=', $got{u_shm} - 2, 'one host below the limit, optimistic: admitted as in shared memory');
-    }
+    # Known and documented (README, "Sharing a limit"): a delta is poured at its last admission
+    # (src/core/sync.h apply_delta: what keeps the optimistic bound), after a whole interval of
+    # drain, so the view after a sync holds ~0.8 r T = 8 units, over this bucket's 5: the host
+    # rejects some of its own requests after each sync. Measured, not asserted:
+    note("optimistic with burst + 1 < r T admitted $got{u_optimistic} of $got{u_shm}");
+    # With the burst the README asks for, burst + 1 >= r T, it admits as shared memory does.
+    cmp_ok($got{u_shm_burst}, '>=', 150, 'one host below the limit, burst 10: the shared-memory control admits (nearly) all');
+    cmp_ok($got{u_opt_burst}, '>=', $got{u_shm_burst} - 2,
+        'one host below the limit, optimistic with burst + 1 >= r T: admitted as in shared memory');
 }
 
 # ---------------------------------------------------------------- hot key
