@@ -283,6 +283,51 @@ C
     ['ratelimit_on_error unknown', <<'C', qr/invalid value "maybe", it must be one of "allow", "deny", "local" in "ratelimit_on_error" directive/],
     ratelimit_on_error maybe;   # BAD
 C
+    ['variable rate without default_rate', <<'C', qr/a variable "rate" requires "default_rate" in ratelimit zone "z"/],
+    ratelimit_zone z key=$arg_k rate=$arg_r;   # BAD
+C
+    ['default_rate without a variable rate', <<'C', qr/"default_rate" is only for a variable "rate" in ratelimit zone "z"/],
+    ratelimit_zone z key=$arg_k rate=5r/s default_rate=1r/s;   # BAD
+C
+    ['default_rate with requests and period', <<'C', qr/"default_rate" is only for a variable "rate"/],
+    ratelimit_zone z key=$arg_k requests=5 period=1s default_rate=1r/s;   # BAD
+C
+    ['invalid default_rate', <<'C', qr/invalid default_rate "default_rate=\$arg_d"/],
+    ratelimit_zone z key=$arg_k rate=$arg_r default_rate=$arg_d;   # BAD
+C
+    ['default_rate= twice', <<'C', qr/duplicate parameter "default_rate="/],
+    ratelimit_zone z key=$arg_k rate=$arg_r default_rate=1r/s default_rate=2r/s;   # BAD
+C
+    ['zone algo=log with a variable rate', <<'C', qr/the "log" algorithm cannot take a variable "rate" \(its memory per key depends on the rate\)/],
+    ratelimit_zone z key=$arg_k rate=$arg_r default_rate=1r/s algo=log;   # BAD
+C
+    ['ratelimit_algo log on a zone with a variable rate', <<'C', qr/the "log" algorithm cannot take the variable rate of zone "z" \(its memory per key depends on the rate\)/],
+    ratelimit_zone z key=$arg_k rate=$arg_r default_rate=1r/s;
+    server { listen 127.0.0.1:%%PORT%%;
+        location / {
+            ratelimit_algo log;
+            ratelimit zone=z;   # BAD
+            empty_gif;
+        }
+    }
+C
+    ['variable burst with zone algo=sliding', <<'C', qr/"burst" is not supported by the "sliding" algorithm/],
+    ratelimit_zone z key=$arg_k rate=$arg_r default_rate=1r/s burst=$arg_b algo=sliding;   # BAD
+C
+    ['sync with a variable rate', <<'C', qr/"sync" cannot take a variable "rate" or "burst" in ratelimit zone "z"/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k rate=$arg_r default_rate=1r/s redis=r sync=100ms;   # BAD
+C
+    ['sync with a variable burst', <<'C', qr/"sync" cannot take a variable "rate" or "burst" in ratelimit zone "z"/],
+    ratelimit_redis r 127.0.0.1:6379;
+    ratelimit_zone z key=$arg_k rate=1r/s burst=$arg_b redis=r sync=100ms;   # BAD
+C
+    ['bad N/TIME rate', <<'C', qr/invalid rate "rate=10\/15x"/],
+    ratelimit_zone z key=$arg_k rate=10/15x;   # BAD
+C
+    ['N/TIME rate above a year', <<'C', qr/invalid rate "rate=10\/367d"/],
+    ratelimit_zone z key=$arg_k rate=10/367d;   # BAD
+C
 );
 
 for my $c (@cases) {
@@ -305,6 +350,9 @@ for my $good (
     ['delay forms', 'ratelimit_zone z key=$arg_k rate=5r/s burst=5; ratelimit_zone f key=$arg_k requests=5 period=1m algo=fixed; server { listen 127.0.0.1:%%PORT%%; location /a { ratelimit zone=z delay=0; empty_gif; } location /b { ratelimit zone=z delay=3 max_delay=500ms; empty_gif; } location /c { ratelimit zone=z nodelay; ratelimit zone=f nodelay; empty_gif; } location /d { ratelimit_algo leaky; ratelimit zone=z delay=99; empty_gif; } }'],
     ['log that fits', 'ratelimit_zone z key=$arg_k requests=1000 period=1h size=32k algo=log;'],
     ['quantity forms', "$ok_zone\n    server { listen 127.0.0.1:%%PORT%%; location /a { ratelimit zone=z quantity=0; empty_gif; } location /b { ratelimit zone=z quantity=5; empty_gif; } location /c { ratelimit zone=z quantity=\$arg_q; empty_gif; } }"],
+    ['tiers', 'ratelimit_zone z key=$arg_k rate=$http_x_rate default_rate=100/15m burst=$http_x_burst; ratelimit_zone w key=$arg_k rate=${arg_n}r/m default_rate=1r/m algo=sliding;'],
+    ['a static burst on the line of a tiered zone', 'ratelimit_zone z key=$arg_k rate=$arg_r default_rate=1r/s burst=$arg_b; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit zone=z burst=3; empty_gif; } }'],
+    ['N/TIME rates', 'ratelimit_zone a key=$arg_k rate=100/15m; ratelimit_zone b key=$arg_k rate=5/1h30m; ratelimit_zone c key=$arg_k rate=1/366d;'],
 ) {
     my ($rc, $out) = nginx_t($good->[1]);
     is($rc, 0, "$good->[0]: accepted") or diag($out);

@@ -17,18 +17,21 @@ using rltest::policy;
 TEST(PolicyChange, SlidingWindowBegunUnderAnotherPeriod) {
     const int64_t day = 86400 * kSec;
     Key k(policy(rl::Algo::sliding, 10, day));
-    k.s = rl::State{1600000149664917, 6, 4};  // a window start under a 7 s period, not a multiple of a day
+    k.s = rl::State{1600000149664917, 6, 4};  // counted under a 7 s period, the last at a.
     const int64_t now = 1600038408883369;     // 38259 s later, in the same day
-    // Counted from the stored start: weight (P - 38259 s) / P on the previous 6, plus 4 + 1.
-    rl::Decision d = k.hit(now, 1);  // was rejected, with a Retry-After of -38259 s
+    const int64_t day_start = 1600000149664917 / day * day;
+    // The counts fall in the day of their last admission: 6 * w + 4 + 1, w = (P - e) / P with e
+    // counted from that day's start (it was from the 7 s window's: a negative Retry-After).
+    rl::Decision d = k.hit(now, 1);
     EXPECT_TRUE(d.allowed);
     EXPECT_GT(d.reset_us, 0);
     k.s = rl::State{1600000149664917, 6, 4};
-    d = k.hit(now, 3);  // 6 * w + 4 + 3 fits once w <= 1/2: at 43200 s into that window
+    d = k.hit(now, 6);  // 4 + 6 leaves no room for the previous 6: in the next day, where 4 weigh
     EXPECT_FALSE(d.allowed);
-    EXPECT_EQ(d.retry_after_us, 43200 * kSec - (now - 1600000149664917));
+    EXPECT_EQ(d.retry_after_us, day_start + day - now);
     Key on_time = k;
-    EXPECT_TRUE(on_time.allowed(now + d.retry_after_us, 3));
+    EXPECT_TRUE(on_time.allowed(now + d.retry_after_us, 6));
+    EXPECT_FALSE(k.allowed(now + d.retry_after_us - 1, 6));
 }
 
 // Random states left by one policy, then decided under another: no negative numbers, and a

@@ -85,6 +85,47 @@ TEST(ParseRate, RejectsJunk) {
     EXPECT_FALSE(rate(std::string_view("10r/s\0", 6)).ok);
 }
 
+TEST(ParseRate, RequestsPerDuration) {
+    Rate r = rate("100/15m");
+    EXPECT_TRUE(r.ok);
+    EXPECT_EQ(r.requests, 100);
+    EXPECT_EQ(r.period_us, 15 * 60 * kSec);
+
+    r = rate("5/1h30m");
+    EXPECT_TRUE(r.ok);
+    EXPECT_EQ(r.requests, 5);
+    EXPECT_EQ(r.period_us, 90 * 60 * kSec);
+
+    r = rate("3/500ms");
+    EXPECT_TRUE(r.ok);
+    EXPECT_EQ(r.requests, 3);
+    EXPECT_EQ(r.period_us, 500 * rl::kUsPerMs);
+
+    r = rate("7/30");  // a bare number is seconds, as in every nginx duration
+    EXPECT_TRUE(r.ok);
+    EXPECT_EQ(r.period_us, 30 * kSec);
+
+    r = rate("1000000000000/366d");
+    EXPECT_TRUE(r.ok);
+    EXPECT_EQ(r.requests, rl::kMaxRequests);
+    EXPECT_EQ(r.period_us, rl::kMaxPeriodUs);
+
+    // The unit forms and their duration spelling agree.
+    EXPECT_EQ(rate("60/1h").period_us, rate("60r/h").period_us);
+    EXPECT_EQ(rate("10/1s").period_us, rate("10r/s").period_us);
+}
+
+TEST(ParseRate, RequestsPerDurationJunk) {
+    for (const char* s : {"100/", "/15m", "0/15m", "100/0s", "100/367d", "100/15m ", "100/ 15m", "100/15x", "100/m",
+                          "100/-1s", "100/15m/", "100//15m", "100r/15m", "1000000000001/1h", "100/1s1", "100/1.5s",
+                          "-100/15m", "100 /15m"}) {
+        Rate r = rate(s);
+        EXPECT_FALSE(r.ok) << '"' << s << '"';
+        EXPECT_EQ(r.requests, -7) << s;
+        EXPECT_EQ(r.period_us, -7) << s;
+    }
+}
+
 // --- parse_duration -----------------------------------------------------------------------
 
 TEST(ParseDuration, SingleUnits) {

@@ -9,7 +9,7 @@ enum class Algo : uint8_t {
     gcra = 0,     // generic cell rate algorithm (continuous token bucket, one timestamp)
     token = 1,    // token bucket: (tokens, last refill)
     leaky = 2,    // leaky bucket as a meter: (level, last leak)
-    sliding = 3,  // sliding window counter: (window start, previous count, current count)
+    sliding = 3,  // sliding window counter: (last admission, previous count, current count)
     fixed = 4,    // fixed window aligned to multiples of the period
     log = 5,      // exact sliding log of timestamps
 };

@@ -1,5 +1,8 @@
-// Fixed window: a = start of the current window (a multiple of the period), b = requests
-// counted in it. At most `requests` per window.
+// Fixed window: a = start of the window the count was taken in, b = requests counted, c = when
+// the last of them was admitted (0 in states written before: a stands for it). At most
+// `requests` per window. The count applies to every window that may hold one of its requests,
+// up to the one that holds the last: under another period too (a tier change), 60 requests
+// counted in this hour leave 40 of 100/15m in the quarter of the last of them, 100 in the next.
 #include "decide.h"
 #include "exact_math.h"
 
@@ -9,27 +12,30 @@ Decision decide_fixed(const State& s, const Policy& p, int64_t now, int64_t cost
     Decision d;
     d.limit = p.requests;
     int64_t start = window_start(now, p.period_us);
+    int64_t last = s.c > s.a ? s.c : s.a;
     int64_t count = 0;
-    if (start <= s.a) {
-        // The same window, or the clock went back into an older one: keep counting in the
-        // newer window so that nothing is admitted twice.
-        start = s.a;
+    int64_t until = now;  // the count after this request applies up to this instant's window
+    if (start <= last) {
+        // The same window, or the clock went back: keep counting until the window of the last
+        // request counted has passed, so that nothing is admitted twice.
         count = s.b < p.requests ? s.b : p.requests;
+        if (last > now) until = last;
     }
-    int64_t end_in = start + p.period_us - now;
+    int64_t fresh_in = window_start(until, p.period_us) + p.period_us - now;
     if (cost > p.requests) {
         d.retry_after_us = kNever;
     } else if (count + cost <= p.requests) {
         d.allowed = true;
     } else {
-        d.retry_after_us = end_in;  // the next window is fresh
+        d.retry_after_us = fresh_in;  // the next window is fresh
     }
     int64_t after = d.allowed ? count + cost : count;
     d.remaining = p.requests - after;
-    d.reset_us = after > 0 ? end_in : 0;
+    d.reset_us = after > 0 ? fresh_in : 0;
     if (d.allowed && cost > 0) {
         d.next.a = start;
         d.next.b = after;
+        d.next.c = until;
     } else {
         d.next = s;
     }

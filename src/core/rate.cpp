@@ -39,6 +39,13 @@ bool parse_rate(std::string_view text, int64_t& requests, int64_t& period_us) {
     int64_t n;
     if (!read_number(text, &pos, kMaxRequests, &n) || n < 1) return false;
     std::string_view unit = text.substr(pos);
+    if (unit.size() > 1 && unit[0] == '/') {  // "N/TIME"
+        int64_t period;
+        if (!parse_duration(unit.substr(1), period)) return false;
+        requests = n;
+        period_us = period;
+        return true;
+    }
     if (unit.size() != 3 || unit[0] != 'r' || unit[1] != '/') return false;
     int64_t period;
     switch (unit[2]) {

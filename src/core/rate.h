@@ -12,7 +12,8 @@ constexpr int64_t kUsPerSec = 1000000;
 constexpr int64_t kMaxPeriodUs = 366LL * 86400 * kUsPerSec;  // periods and durations: at most a leap year
 constexpr int64_t kMaxRequests = 1000000000000LL;          // 10^12
 
-// "Nr/s", "Nr/m", "Nr/h", "Nr/d" with N in 1..10^12. Returns false if malformed.
+// "Nr/s", "Nr/m", "Nr/h", "Nr/d", or "N/TIME" with TIME as parse_duration takes it
+// ("100/15m", "5/1h30m"); N in 1..10^12. Returns false if malformed.
 bool parse_rate(std::string_view text, int64_t& requests, int64_t& period_us);
 
 // nginx-style duration: a sequence like "1h30m", units ms s m h d (no unit = seconds);

@@ -156,36 +156,38 @@ end
 )lua";
 
 constexpr char kFixed[] = R"lua(
--- fixed_window.cpp: a = window start, b = count in it ---------------------------------------
+-- fixed_window.cpp: a = window start, b = count, c = time of the last counted admission -------
 
-local function decide_fixed(a, b, now, cost, req, per)
+local function decide_fixed(a, b, c, now, cost, req, per)
   local start = now - now % per  -- window_start
-  local count = 0
-  if start <= a then
-    -- The same window, or the clock went back into an older one: keep counting in the newer.
-    start = a
+  local last = a
+  if c > a then last = c end
+  local count, till = 0, now
+  if start <= last then
+    -- The same window, or the clock went back: keep counting until the last one's window passed.
     count = b
     if count > req then count = req end
+    if last > now then till = last end
   end
-  local end_in = start + per - now
+  local fresh_in = till - till % per + per - now
   local ok, retry = false, 0
   if cost > req then
     retry = -1
   elseif count + cost <= req then
     ok = true
   else
-    retry = end_in  -- the next window is fresh
+    retry = fresh_in  -- the next window is fresh
   end
   local after, reset = count, 0
   if ok then after = count + cost end
-  if after > 0 then reset = end_in end
-  if ok and cost > 0 then return ok, req - after, reset, retry, true, start, after, 0 end
+  if after > 0 then reset = fresh_in end
+  if ok and cost > 0 then return ok, req - after, reset, retry, true, start, after, till end
   return ok, req - after, reset, retry, false
 end
 )lua";
 
 constexpr char kSliding[] = R"lua(
--- sliding_window.cpp: a = window start, b = previous window's count, c = current -------------
+-- sliding_window.cpp: a = last admission counted, b = previous window's count, c = a's window's
 
 -- floor((per - elapsed) * wsc / per): the previous window's weight, in 1/wsc.
 local function weight_at(per, wsc, elapsed)
@@ -222,14 +224,17 @@ local function decide_sliding(a, b, c, now, cost, req, per, wsc)
   local prev, cur, back = b, c, 0
   if prev > req then prev = req end
   if cur > req then cur = req end
-  if start <= a then
+  local stored = a - a % per  -- a's window
+  local last = 0
+  if start <= stored then
     -- The same window, or the clock went back: count from the stored window's start.
-    if now < a then
-      back = a - now
-      now = a
+    if now < stored then
+      back = stored - now
+      now = stored
     end
-    start = a
-  elseif start == a + per then
+    start = stored
+    last = a
+  elseif start == stored + per then
     prev, cur = cur, 0
   else
     prev, cur = 0, 0
@@ -263,7 +268,8 @@ local function decide_sliding(a, b, c, now, cost, req, per, wsc)
   end
   if reset > 0 then reset = reset + back end
   if not ok and retry ~= -1 then retry = retry + back end
-  if ok and cost > 0 then return ok, rem, reset, retry, true, start, prev, after end
+  if last < now then last = now end
+  if ok and cost > 0 then return ok, rem, reset, retry, true, last, prev, after end
   return ok, rem, reset, retry, false
 end
 )lua";
@@ -381,9 +387,10 @@ end
 
 local function refund_sliding(a, b, c, at, cost, per)
   local w = at - at % per
-  if w == a then
+  local stored = a - a % per
+  if w == stored then
     c = drop(c, cost)
-  elseif w == a - per then
+  elseif w == stored - per then
     b = drop(b, cost)
   end
   return a, b, c
@@ -563,7 +570,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             elseif algo == 3 then
               ok, rem, reset, retry, w, x, y, z = decide_sliding(a, b, c, now, cost, req, per, wsc)
             else
-              ok, rem, reset, retry, w, x, y, z = decide_fixed(a, b, now, cost, req, per)
+              ok, rem, reset, retry, w, x, y, z = decide_fixed(a, b, c, now, cost, req, per)
             end
             if w and x == a and y == b and z == c then w = false end
             -- A refund that changed the state keeps it, with the TTL of the cost-0 decision on it.
@@ -698,7 +705,7 @@ function(keys, argv)
     end
     -- Windows: the newest window and the one before it, counts added per window.
     local scur, sprev = b, 0
-    if algo == 3 then scur, sprev = c, b end
+    if algo == 3 then scur, sprev, a = c, b, a - a % per end  -- a sliding state's a: a time in its window
     local at = a
     if dat > at then at = dat end
     local cur, prev = 0, 0
@@ -734,7 +741,7 @@ function(keys, argv)
     if algo == 1 then return decide_token(a, b, c, now, cost, burst, refill, tok, depth, -1, -1) end
     if algo == 2 then return decide_leaky(a, b, now, cost, burst, refill, tok, depth, -1, -1) end
     if algo == 3 then return decide_sliding(a, b, c, now, cost, req, per, wsc) end
-    return decide_fixed(a, b, now, cost, req, per)
+    return decide_fixed(a, b, c, now, cost, req, per)
   end
 
   local out = {now}

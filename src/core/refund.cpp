@@ -50,9 +50,10 @@ void refund_fixed(State& s, const Policy& p, int64_t at, int64_t cost) {
 
 void refund_sliding(State& s, const Policy& p, int64_t at, int64_t cost) {
     int64_t w = window_start(at, p.period_us);
-    if (w == s.a) {
+    int64_t stored = window_start(s.a, p.period_us);  // a is a time in the counted window
+    if (w == stored) {
         s.c = drop(s.c, cost);
-    } else if (w == s.a - p.period_us) {
+    } else if (w == stored - p.period_us) {
         s.b = drop(s.b, cost);
     }
 }

@@ -1,5 +1,8 @@
-// Sliding window counter: a = start of the current window, b = requests counted in the
-// previous window, c = in the current one. The estimate of the trailing period is
+// Sliding window counter: a = when the last request counted was admitted (states written
+// before kept its window's start: the same window), b = requests counted in the window before
+// a's, c = in a's window. Windows are found from a under the policy's period, so the counts
+// also stand under another period (a tier change), where they may overcount, never reset.
+// The estimate of the trailing period is
 //   prev * (period - elapsed) / period + cur
 // with the weight (period - elapsed) / period taken in steps of 1 / weight_scale (exact when
 // weight_scale == period). Everything is compared multiplied by weight_scale: no fractions.
@@ -46,16 +49,18 @@ Decision decide_sliding(const State& s, const Policy& p, int64_t now, int64_t co
     int64_t prev = s.b < p.requests ? s.b : p.requests;
     int64_t cur = s.c < p.requests ? s.c : p.requests;
     int64_t back = 0;  // how far the clock went back behind the stored window
-    if (start <= s.a) {
+    const int64_t stored = window_start(s.a, period);
+    int64_t last = 0;  // the latest admission the counts hold, when still in this window
+    if (start <= stored) {
         // The same window, or the clock went back: count from the stored window's start,
-        // where the previous window still weighs its most. (A stored start between this
-        // window's and now is a window begun under another period: it simply goes on.)
-        if (now < s.a) {
-            back = s.a - now;
-            now = s.a;
+        // where the previous window still weighs its most.
+        if (now < stored) {
+            back = stored - now;
+            now = stored;
         }
-        start = s.a;
-    } else if (start == s.a + period) {
+        start = stored;
+        last = s.a;
+    } else if (start == stored + period) {
         prev = cur;
         cur = 0;
     } else {
@@ -87,7 +92,7 @@ Decision decide_sliding(const State& s, const Policy& p, int64_t now, int64_t co
     if (d.reset_us > 0) d.reset_us += back;
     if (!d.allowed && d.retry_after_us != kNever) d.retry_after_us += back;
     if (d.allowed && cost > 0) {
-        d.next.a = start;
+        d.next.a = now > last ? now : last;
         d.next.b = prev;
         d.next.c = after;
     } else {

@@ -75,9 +75,10 @@ Windows add_windows(const Windows& x, const Windows& y, int64_t period) {
     return Windows{at, cur_of(x) + cur_of(y), prev_of(x) + prev_of(y)};
 }
 
-// The sliding and fixed states as windows: a fixed state has no previous count.
+// The sliding and fixed states as windows: a fixed state has no previous count; a sliding
+// state's a is a time in its window.
 Windows windows_of(const State& s, const Policy& p) {
-    return p.algo == Algo::sliding ? Windows{s.a, s.c, s.b} : Windows{s.a, s.b, 0};
+    return p.algo == Algo::sliding ? Windows{window_start(s.a, p.period_us), s.c, s.b} : Windows{s.a, s.b, 0};
 }
 
 }  // namespace

@@ -34,15 +34,23 @@ int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* 
     // above this limit's capacity; only what is not a number at all counts 1.
     int64_t cost = rl::parse_cost(rl_sv(value));
     if (cost >= 0) return cost;
-    if (zone->quantity_warned != ngx_time()) {  // once a second per zone and worker
-        zone->quantity_warned = ngx_time();
-        char text[64];
-        size_t n = rl::log_text(value.data, value.len, text, sizeof(text));
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "ratelimit zone \"%V\": invalid quantity \"%*s\", counted as 1", &zone->name, n, text);
-    }
+    rl_warn_value(r, zone, &zone->quantity_warned, "quantity", value, "counted as 1");
     return 1;
 }
+
+}  // namespace
+
+void rl_warn_value(ngx_http_request_t* r, const rl_zone_t* zone, time_t* stamp, const char* what,
+                   const ngx_str_t& value, const char* outcome) noexcept {
+    if (*stamp == ngx_time()) return;  // once a second per zone and worker
+    *stamp = ngx_time();
+    char text[64];
+    size_t n = rl::log_text(value.data, value.len, text, sizeof(text));
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "ratelimit zone \"%V\": invalid %s \"%*s\", %s", &zone->name,
+                  what, n, text, outcome);
+}
+
+namespace {
 
 // Rejected requests: the limit that takes longest to admit again decides.
 ngx_int_t pick_rejecting(const rl_result_t* res, ngx_uint_t n, int64_t* retry_us) {
@@ -102,6 +110,11 @@ ngx_uint_t select_results(rl_ctx_t* ctx, rl_store_e store, rl_result_t** out) {
 
 void** scratch_of(rl_ctx_t* ctx) { return reinterpret_cast<void**>(ctx->results + ctx->nresults); }
 rl_result_t** list_of(rl_ctx_t* ctx) { return reinterpret_cast<rl_result_t**>(scratch_of(ctx) + 2 * ctx->nresults); }
+// A tiered location's per-request policies: after the room the results, the scratch and the
+// list take for all `n` of its limits (they use less when some key is empty).
+rl::Policy* tier_policies(rl_ctx_t* ctx, ngx_uint_t n) {
+    return reinterpret_cast<rl::Policy*>(reinterpret_cast<void**>(ctx->results + n) + 3 * n);
+}
 
 // Resumes a request that waited for Redis: its phases run again from this handler.
 void rl_wake(ngx_event_t* ev) noexcept {
@@ -304,6 +317,7 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
     // locking scratch and a result list.
     ngx_uint_t n = lcf->applied->nelts;
     size_t bytes = sizeof(rl_ctx_t) + n * (sizeof(rl_result_t) + 3 * sizeof(void*));
+    if (lcf->tiered) bytes += n * sizeof(rl::Policy);  // each request's own policies, after the list
     ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, bytes);
     if (cln == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
@@ -313,7 +327,7 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
     ctx->results = reinterpret_cast<rl_result_t*>(ctx + 1);
     ctx->decider = -1;
     ctx->headers = lcf->headers;
-    ctx->policy = &lcf->policy;
+    ctx->policy = lcf->tiered ? nullptr : &lcf->policy;
     ctx->napplied = n;
     ctx->phase = RL_PHASE_RETURNED;
     cln->handler = rl_ctx_cleanup;
@@ -332,6 +346,8 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
         rl_result_t& res = ctx->results[m++];
         res = rl_result_t{};
         res.applied = &applied[i];
+        res.policy = &applied[i].policy;
+        if (applied[i].tiered) res.policy = rl_tier_policy(r, applied[i], tier_policies(ctx, n) + (m - 1));
         res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
         res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
         // sync zones decide in shared memory: their Redis work is the engine's (sync.cpp)

@@ -45,7 +45,7 @@ void rl_delay_decide(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
     ctx->delaying = !lcf->dry_run && ctx->verdict == NGX_DECLINED;
     // limit_req's "excess": the requests beyond the first in the bucket, from the delay
     // (delay = (excess - N) / rate); the delay is rounded up by less than a microsecond.
-    const rl::Policy& p = longest->applied->policy;
+    const rl::Policy& p = *longest->policy;
     double excess = static_cast<double>(p.delay) +
                     static_cast<double>(longest->decision.delay_us) * static_cast<double>(p.requests) /
                         static_cast<double>(p.period_us);

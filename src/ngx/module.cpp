@@ -136,14 +136,8 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             limit.burst_set = true;
         } else if (rl_arg(a, "quantity=", v)) {
             if (v.len > 0 && v.data[0] == '$') {
-                auto* cv = static_cast<ngx_http_complex_value_t*>(ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t)));
-                if (cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
-                ngx_http_compile_complex_value_t ccv{};
-                ccv.cf = cf;
-                ccv.value = &v;
-                ccv.complex_value = cv;
-                if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
-                limit.quantity_cv = cv;
+                limit.quantity_cv = rl_complex_value(cf, &v);
+                if (limit.quantity_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
             } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.quantity)) {
                 rl_conf_error(cf, "invalid quantity \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
@@ -272,7 +266,7 @@ bool rl_build_policy_header(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
     ngx_uint_t n = conf->applied->nelts;
     auto* items = static_cast<rl::HeaderItem*>(ngx_palloc(cf->pool, n * sizeof(rl::HeaderItem) + 1));
     if (items == nullptr) return false;
-    for (ngx_uint_t i = 0; i < n; i++) items[i] = rl_policy_item(applied[i]);
+    for (ngx_uint_t i = 0; i < n; i++) items[i] = rl_policy_item(*applied[i].zone, applied[i].policy);
     auto* buf = static_cast<char*>(ngx_pnalloc(cf->pool, rl::header_max_len(items, n)));
     if (buf == nullptr) return false;
     conf->policy.data = reinterpret_cast<u_char*>(buf);
@@ -284,6 +278,7 @@ bool rl_build_policy_header(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
 // level's algorithm and the line's burst, checked and finished once, here.
 bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
     conf->applied = nullptr;
+    conf->tiered = false;
     if (conf->limits == nullptr) return true;
     conf->applied = ngx_array_create(cf->pool, conf->limits->nelts, sizeof(rl_applied_t));
     if (conf->applied == nullptr) return false;
@@ -324,13 +319,15 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
                            "directive in %s:%ui", nullptr, nullptr);
             return false;
         }
-        if (p.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, p, &l)) return false;
-        if (zone->sync_mode != RL_SYNC_OFF && !rl_sync_add_policy(zone, p)) return false;
         auto* a = static_cast<rl_applied_t*>(ngx_array_push(conf->applied));
         if (a == nullptr) return false;
         a->zone = zone;
         a->limit = &l;
         a->policy = p;
+        if (!rl_tier_check_applied(cf, a)) return false;
+        conf->tiered = conf->tiered || a->tiered;
+        if (p.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, p, &l)) return false;
+        if (zone->sync_mode != RL_SYNC_OFF && !rl_sync_add_policy(zone, p)) return false;
     }
     return rl_build_policy_header(cf, conf);
 }
@@ -373,6 +370,16 @@ void rl_exit_process(ngx_cycle_t* cycle) noexcept {
 }
 
 }  // namespace
+
+ngx_http_complex_value_t* rl_complex_value(ngx_conf_t* cf, ngx_str_t* value) noexcept {
+    auto* cv = static_cast<ngx_http_complex_value_t*>(ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t)));
+    if (cv == nullptr) return nullptr;
+    ngx_http_compile_complex_value_t ccv{};
+    ccv.cf = cf;
+    ccv.value = value;
+    ccv.complex_value = cv;
+    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? cv : nullptr;
+}
 
 void rl_conf_error(ngx_conf_t* cf, const char* fmt, ...) noexcept {
     u_char msg[NGX_MAX_CONF_ERRSTR];

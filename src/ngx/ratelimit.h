@@ -49,6 +49,11 @@ struct rl_zone_t {
     size_t block_bytes;
     rl::TableHeader* table;
     time_t quantity_warned;      // an invalid quantity is logged once a second (per worker)
+    // Tiers (tier.cpp): rate=$variable and burst=$variable, evaluated per request; with a
+    // variable rate, policy holds default_rate=.
+    ngx_http_complex_value_t* rate_cv;
+    ngx_http_complex_value_t* burst_cv;
+    time_t tier_warned;          // an invalid rate or burst value, as quantity_warned
     rl_metrics_zone_t* metrics;  // its counters (metrics.cpp), or nullptr
     // sync=TIME (sync.h): decided in shared memory, reconciled with Redis every sync_us
     int64_t sync_us;             // 0: no sync (with redis=, a round trip per request)
@@ -76,7 +81,8 @@ struct rl_limit_t {
 struct rl_applied_t {
     rl_zone_t* zone;
     const rl_limit_t* limit;
-    rl::Policy policy;
+    rl::Policy policy;  // with a variable rate or burst: what applies when their values do not
+    bool tiered;        // its rate or burst comes from a variable: a policy per request (tier.cpp)
 };
 
 struct rl_loc_conf_t {
@@ -90,6 +96,7 @@ struct rl_loc_conf_t {
     ngx_uint_t on_error;   // RL_ON_ERROR_*
     ngx_str_t policy;      // RateLimit-Policy when every applied limit decides: the same for
                            // every request, so formatted once, at merge
+    bool tiered;           // some applied limit is tiered: RateLimit-Policy is formatted per request
 };
 
 enum {
@@ -117,6 +124,7 @@ enum rl_store_e : uint8_t {
 // The verdict of one applied limit on one request.
 struct rl_result_t {
     const rl_applied_t* applied;
+    const rl::Policy* policy;  // the policy that applied to this request: applied->policy, or a tier's
     rl::KeyHash hash;
     int64_t cost;
     int64_t at;          // when it was decided, on its store's clock: a refund needs it
@@ -190,7 +198,8 @@ struct rl_ctx_t {
     ngx_int_t decider;     // index of the result that decided, -1 if none
     rl_status_e status;
     ngx_uint_t headers;    // RL_HEADERS_* of the location that decided
-    const ngx_str_t* policy;  // its precomputed RateLimit-Policy (rl_loc_conf_t::policy)
+    const ngx_str_t* policy;  // its precomputed RateLimit-Policy (rl_loc_conf_t::policy), or
+                              // nullptr when tiers make it differ per request
     ngx_uint_t napplied;   // limits applied there (a decided result each, or the policy differs)
     int64_t retry_after_us;
     int64_t delay_ms;      // the longest delay of the limits that admitted it ($ratelimit_delay)
@@ -263,7 +272,26 @@ void rl_refund_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
 // response_headers.cpp
 ngx_int_t rl_header_filter_init(ngx_conf_t* cf) noexcept;
 // A limit as RateLimit-Policy names it: zone name, quota and window (no state).
-rl::HeaderItem rl_policy_item(const rl_applied_t& applied) noexcept;
+rl::HeaderItem rl_policy_item(const rl_zone_t& zone, const rl::Policy& policy) noexcept;
+
+// module.cpp: a compiled complex value from the configuration, or nullptr (error logged).
+ngx_http_complex_value_t* rl_complex_value(ngx_conf_t* cf, ngx_str_t* value) noexcept;
+// access.cpp: a value from outside (a variable) that is not valid for `what` of a zone: logged at warn
+// with the value sanitized, at most once a second per `stamp` (per zone and worker).
+void rl_warn_value(ngx_http_request_t* r, const rl_zone_t* zone, time_t* stamp, const char* what,
+                   const ngx_str_t& value, const char* outcome) noexcept;
+
+// tier.cpp
+// Whether a zone parameter's value holds variables (then it is a tier's, per request).
+bool rl_tier_is_variable(ngx_str_t* value) noexcept;
+// ratelimit_zone's checks of rate=$variable, default_rate= (`dflt`, or nullptr) and
+// burst=$variable, after parsing; a variable rate's policy becomes the default rate.
+bool rl_tier_check_zone(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy* dflt) noexcept;
+// At merge: whether a limit's policy comes per request, and whether its algorithm allows it.
+bool rl_tier_check_applied(ngx_conf_t* cf, rl_applied_t* applied) noexcept;
+// The policy of a tiered limit for this request, finished, in `out`; or the applied one
+// (default_rate, burst 0) for values that are invalid (logged) or empty.
+const rl::Policy* rl_tier_policy(ngx_http_request_t* r, const rl_applied_t& applied, rl::Policy* out) noexcept;
 
 // variables.cpp
 ngx_int_t rl_add_variables(ngx_conf_t* cf) noexcept;

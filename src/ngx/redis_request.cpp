@@ -15,7 +15,8 @@ constexpr ngx_uint_t kMaxGroups = 64;  // requests per script run: bounds its re
 // What a timed-out call needs for a refund if Redis admits it late (the request is gone).
 struct rl_late_t {
     ngx_uint_t nchecks;
-    rl::RedisCheck checks[1];  // nchecks of them; zone names and policies live in the configuration
+    rl::RedisCheck checks[1];  // nchecks of them; zone names live in the configuration, policies
+                               // after the checks (a tier's is the request's own)
 };
 
 // One script run in flight: the calls it carries, in group order.
@@ -38,7 +39,7 @@ rl::RedisCheck* checks_of(rl_call_t* call, rl::RedisCheck* checks) {
         checks[i] = rl::RedisCheck{};
         checks[i].zone = rl_sv(res.applied->zone->name);
         checks[i].hash = res.hash;
-        checks[i].policy = &res.applied->policy;
+        checks[i].policy = res.policy;
         checks[i].cost = res.cost;
         checks[i].at = res.at;
     }
@@ -256,7 +257,7 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
             for (ngx_uint_t i = 0; i < call->nchecks; i++) {
                 rl_result_t& res = call->ctx->results[call->checks[i]];
                 res.decision = decisions[at + i];
-                res.decision.limit = res.applied->policy.requests;
+                res.decision.limit = res.policy->requests;
                 res.at = now;
                 res.consumed = admitted[g] && res.cost > 0;
             }
@@ -359,11 +360,16 @@ void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck*
 // it late, what it consumed must be given back: its batch keeps what a refund needs.
 void arm_late_refund(rl_call_t* call) {
     rl_batch_t* batch = call->batch;
-    size_t bytes = sizeof(rl_late_t) + call->nchecks * sizeof(rl::RedisCheck);
+    size_t bytes = sizeof(rl_late_t) + call->nchecks * (sizeof(rl::RedisCheck) + sizeof(rl::Policy));
     auto* late = static_cast<rl_late_t*>(ngx_alloc(bytes, call->redis->conn.log));
     if (late == nullptr) return;
     late->nchecks = call->nchecks;
-    for (ngx_uint_t i = 0; i < call->nchecks; i++) late->checks[i] = call->rchecks[i];
+    auto* policies = reinterpret_cast<rl::Policy*>(late->checks + call->nchecks);
+    for (ngx_uint_t i = 0; i < call->nchecks; i++) {
+        late->checks[i] = call->rchecks[i];
+        policies[i] = *call->rchecks[i].policy;
+        late->checks[i].policy = &policies[i];
+    }
     batch->late[call->index] = late;
 }
 
@@ -373,7 +379,7 @@ uint16_t slot_of(const rl_result_t& res) {
     std::string_view prefix = rl_sv(zone->redis->prefix), name = rl_sv(zone->name);
     char buf[512];
     if (rl::redis_key_max_len(prefix, name) > sizeof(buf)) return 0;  // prefix and name are short in practice
-    size_t len = rl::redis_key(buf, prefix, name, res.hash, res.applied->policy.algo);
+    size_t len = rl::redis_key(buf, prefix, name, res.hash, res.policy->algo);
     return rl::cluster_slot(std::string_view(buf, len));
 }
 

@@ -28,7 +28,7 @@ bool add_number(ngx_http_request_t* r, const char* name, int64_t v) {
 }
 
 rl::HeaderItem item_of(const rl_result_t& res) {
-    rl::HeaderItem it = rl_policy_item(*res.applied);
+    rl::HeaderItem it = rl_policy_item(*res.applied->zone, *res.policy);
     it.remaining = res.decision.remaining;
     it.reset_s = rl::ceil_seconds(res.decision.reset_us);
     return it;
@@ -45,7 +45,7 @@ bool add_list(ngx_http_request_t* r, const char* name, const rl::HeaderItem* ite
 bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
     const rl_result_t& decider = ctx->results[ctx->decider];
     if (ctx->status == RL_STATUS_REJECTED) {
-        int64_t wait = ctx->retry_after_us == rl::kNever ? decider.applied->policy.period_us : ctx->retry_after_us;
+        int64_t wait = ctx->retry_after_us == rl::kNever ? decider.policy->period_us : ctx->retry_after_us;
         if (!add_number(r, "Retry-After", rl::retry_after_seconds(wait))) return false;
     }
     if (ctx->headers & RL_HEADERS_ON) {
@@ -60,8 +60,8 @@ bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
             if (rl_decided(ctx->results[i])) items[n++] = item_of(ctx->results[i]);
         }
-        if (n == ctx->napplied) {
-            // Every applied limit decided: the location's policy, formatted at merge.
+        if (n == ctx->napplied && ctx->policy != nullptr) {
+            // Every applied limit decided, none from a tier: the location's policy, formatted at merge.
             if (!add_header(r, "RateLimit-Policy", ctx->policy->data, ctx->policy->len)) return false;
         } else if (!add_list(r, "RateLimit-Policy", items, n, rl::format_policy)) {
             return false;
@@ -89,11 +89,11 @@ ngx_int_t rl_header_filter(ngx_http_request_t* r) noexcept {
 
 }  // namespace
 
-rl::HeaderItem rl_policy_item(const rl_applied_t& applied) noexcept {
+rl::HeaderItem rl_policy_item(const rl_zone_t& zone, const rl::Policy& policy) noexcept {
     rl::HeaderItem it;
-    it.name = rl_sv(applied.zone->name);
-    it.quota = applied.policy.requests;
-    it.window_s = rl::ceil_seconds(applied.policy.period_us);
+    it.name = rl_sv(zone.name);
+    it.quota = policy.requests;
+    it.window_s = rl::ceil_seconds(policy.period_us);
     return it;
 }
 

@@ -48,7 +48,7 @@ ngx_int_t rl_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintp
         set_value(v, res.applied->zone->name.data, res.applied->zone->name.len);
         return NGX_OK;
     }
-    return set_number(r, v, which == RL_VAR_LIMIT ? res.applied->policy.requests
+    return set_number(r, v, which == RL_VAR_LIMIT ? res.policy->requests
                           : which == RL_VAR_REMAINING ? res.decision.remaining
                           : rl::ceil_seconds(res.decision.reset_us));
 }

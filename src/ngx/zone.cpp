@@ -150,8 +150,8 @@ bool check_sync(ngx_conf_t* cf, rl_zone_t* zone, const ngx_str_t& sync_arg, bool
 
 }  // namespace
 
-// ratelimit_zone NAME key=STRING (rate=R | requests=N period=T) [burst=N] [size=S] [algo=A]
-//                [redis=NAME [sync=TIME [sync_mode=optimistic|lease]]]
+// ratelimit_zone NAME key=STRING (rate=R | rate=$VAR default_rate=R | requests=N period=T) [burst=N|$VAR]
+//                [size=S] [algo=A] [redis=NAME [sync=TIME [sync_mode=optimistic|lease]]]
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* mcf = static_cast<rl_main_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
@@ -177,8 +177,9 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         }
     }
 
-    bool have_key = false, have_rate = false, have_requests = false, have_period = false;
+    bool have_key = false, have_rate = false, have_requests = false, have_period = false, have_default = false;
     size_t size = kDefaultZoneSize;
+    rl::Policy dflt;
     ngx_str_t sync_arg = ngx_null_string;
     bool mode_set = false;
 
@@ -193,11 +194,21 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
             have_key = true;
         } else if (rl_arg(a, "rate=", v)) {
-            if (!rl::parse_rate(rl_sv(v), zone->policy.requests, zone->policy.period_us)) {
+            if (rl_tier_is_variable(&v)) {
+                zone->rate_cv = rl_complex_value(cf, &v);
+                if (zone->rate_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+            } else if (!rl::parse_rate(rl_sv(v), zone->policy.requests, zone->policy.period_us)) {
                 rl_conf_error(cf, "invalid rate \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
             have_rate = true;
+        } else if (rl_arg(a, "default_rate=", v)) {
+            // A variable rate's fallback: the zone's policy once the loop knows rate= is one.
+            if (!rl::parse_rate(rl_sv(v), dflt.requests, dflt.period_us)) {
+                rl_conf_error(cf, "invalid default_rate \"%V\"", &a);
+                return static_cast<char*>(NGX_CONF_ERROR);
+            }
+            have_default = true;
         } else if (rl_arg(a, "requests=", v)) {
             if (!rl::parse_int(rl_sv(v), 1, rl::kMaxRequests, zone->policy.requests)) {
                 rl_conf_error(cf, "invalid requests \"%V\"", &a);
@@ -211,7 +222,10 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             }
             have_period = true;
         } else if (rl_arg(a, "burst=", v)) {
-            if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, zone->policy.burst)) {
+            if (rl_tier_is_variable(&v)) {
+                zone->burst_cv = rl_complex_value(cf, &v);
+                if (zone->burst_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+            } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, zone->policy.burst)) {
                 rl_conf_error(cf, "invalid burst \"%V\"", &a);
                 return static_cast<char*>(NGX_CONF_ERROR);
             }
@@ -271,6 +285,7 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                            "not both", &zone->name);
         return static_cast<char*>(NGX_CONF_ERROR);
     }
+    if (!rl_tier_check_zone(cf, zone, have_default ? &dflt : nullptr)) return static_cast<char*>(NGX_CONF_ERROR);
     if (zone->algo_set && zone->burst_set && !rl::is_bucket(zone->policy.algo)) {
         std::string_view name = rl::algo_name(zone->policy.algo);
         ngx_str_t algo{name.size(), reinterpret_cast<u_char*>(const_cast<char*>(name.data()))};
@@ -361,7 +376,7 @@ void unlock_zones(ngx_slab_pool_t** locks, ngx_uint_t nlocks) {
 // requests during a reload may see a table laid out by the new configuration, and must never
 // use more log ring than a slot has.
 rl::Slot* slot_of(const rl_result_t& res) {
-    const rl::Policy& policy = res.applied->policy;
+    const rl::Policy& policy = *res.policy;
     rl::TableHeader* table = res.applied->zone->table;
     if (policy.algo == rl::Algo::log && static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
         return nullptr;
@@ -371,7 +386,7 @@ rl::Slot* slot_of(const rl_result_t& res) {
 }
 
 int64_t* ring_of(const rl_result_t& res, rl::Slot* slot) {
-    return res.applied->policy.algo == rl::Algo::log ? rl::slot_ring(slot) : nullptr;
+    return res.policy->algo == rl::Algo::log ? rl::slot_ring(slot) : nullptr;
 }
 
 }  // namespace
@@ -392,13 +407,13 @@ bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
         if (slots[i] == nullptr) {
             res.decision = rl::Decision{};
             res.decision.allowed = true;
-            res.decision.limit = res.applied->policy.requests;
+            res.decision.limit = res.policy->requests;
             continue;
         }
         if (zone->sync_shm) {
             res.decision = rl_sync_decide(res, slots[i], res.at);
         } else {
-            res.decision = rl::decide(slots[i]->state, res.applied->policy, now, res.cost, ring_of(res, slots[i]));
+            res.decision = rl::decide(slots[i]->state, *res.policy, now, res.cost, ring_of(res, slots[i]));
         }
         all_allowed = all_allowed && res.decision.allowed;
     }
@@ -409,15 +424,15 @@ bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
             if (res.applied->zone->sync_shm) rl_sync_release(res, slots[i]);
             // Nothing is consumed: the limits that would have allowed report their untouched state.
             if (res.decision.allowed) {
-                res.decision = rl::decide(slots[i]->state, res.applied->policy, res.at, 0, ring_of(res, slots[i]));
+                res.decision = rl::decide(slots[i]->state, *res.policy, res.at, 0, ring_of(res, slots[i]));
             }
             continue;
         }
         if (res.applied->zone->sync_shm) {
             rl_sync_commit(res, slots[i]);
         } else {
-            if (res.applied->policy.algo == rl::Algo::log) {
-                rl::commit_log(res.decision, rl::slot_ring(slots[i]), res.applied->policy, res.cost);
+            if (res.policy->algo == rl::Algo::log) {
+                rl::commit_log(res.decision, rl::slot_ring(slots[i]), *res.policy, res.cost);
             }
             slots[i]->state = res.decision.next;
         }
@@ -439,9 +454,9 @@ void rl_refund_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept
         if (slot != nullptr && zone->sync_shm) {
             rl_sync_refund(res, slot, rl_sync_now(zone, now));
         } else if (slot != nullptr) {
-            rl::refund(slot->state, ring_of(res, slot), res.applied->policy, now, res.at, res.cost);
+            rl::refund(slot->state, ring_of(res, slot), *res.policy, now, res.at, res.cost);
             // Headers report the state after the refund, as when shared memory alone rejects.
-            res.decision = rl::decide(slot->state, res.applied->policy, now, 0, ring_of(res, slot));
+            res.decision = rl::decide(slot->state, *res.policy, now, 0, ring_of(res, slot));
         }
         res.consumed = false;
     }

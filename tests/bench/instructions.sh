@@ -57,6 +57,7 @@ CASES=(
     "ratelimit gcra, headers off|ratelimit zone=z_gcra; ratelimit_headers off; empty_gif;"
 )
 for a in gcra token leaky sliding fixed log; do CASES+=("ratelimit $a|ratelimit zone=z_$a; empty_gif;"); done
+CASES+=("ratelimit gcra, tier (rate and burst from a map)|ratelimit zone=z_tier; empty_gif;")
 [[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis|ratelimit zone=z_redis; empty_gif;")
 if [[ -n $redis_port && ${SYNC:-off} == on ]]; then
     CASES+=("ratelimit gcra, Redis, sync=100ms optimistic|ratelimit zone=z_sync; empty_gif;"
@@ -74,6 +75,8 @@ fi
     for a in gcra token leaky; do echo "  ratelimit_zone z_$a key=one $quota burst=1000 algo=$a size=1m;"; done
     for a in sliding fixed; do echo "  ratelimit_zone z_$a key=one $quota algo=$a size=1m;"; done
     echo "  ratelimit_zone z_log key=one requests=1000000 period=1s algo=log size=16m;"
+    echo "  map \$host \$tier_rate { default 1000000000/1s; } map \$host \$tier_burst { default 1000; }"
+    echo "  ratelimit_zone z_tier key=one rate=\$tier_rate default_rate=1r/s burst=\$tier_burst size=1m;"
     if [[ -n $redis_port ]]; then
         echo "  ratelimit_redis r 127.0.0.1:$redis_port timeout=1s;"
         echo "  ratelimit_zone z_redis key=one $quota burst=1000 redis=r;"
