@@ -192,6 +192,7 @@ sync-gcra               one   module            1  snip_redis gcra sync=100ms
 sync-gcra-1M            many  module            1  snip_redis gcra sync=100ms
 sync-lease-gcra         one   module            1  snip_redis gcra sync=100ms mode=lease
 sync-lease-gcra-1M      many  module            1  snip_redis gcra sync=100ms mode=lease
+sync-lease-gcra-near    one   module            1  snip_redis gcra sync=100ms mode=lease quota=requests=300000_period=1s_burst=3000000
 cluster1-gcra-1M        many  module            1  snip_redis gcra cluster=1
 cluster3-gcra-1M        many  module            1  snip_redis gcra cluster=3
 plain-rand-2w           many  plain             2  snip_plain
@@ -210,6 +211,7 @@ label_of() {
         limit_req*) echo "limit_req$w" ;;
         *-headers-off) echo "ratelimit ${n%%-*}, ratelimit_headers off$w" ;;
         redis-*-rejected) n=${n#redis-}; echo "ratelimit ${n%-rejected}, Redis, rejected (429)$w" ;;
+        sync-lease-*-near) n=${n#sync-lease-}; echo "ratelimit ${n%-near}, Redis, sync=100ms lease, 300000r/s burst=3000000$w" ;;
         sync-lease-*) n=${n#sync-lease-}; echo "ratelimit ${n%-1M}, Redis, sync=100ms lease$w" ;;
         sync-*) n=${n#sync-}; echo "ratelimit ${n%-1M}, Redis, sync=100ms optimistic$w" ;;
         redis-*) n=${n#redis-}; echo "ratelimit ${n%-1M}, Redis$w" ;;
@@ -625,7 +627,7 @@ plain_of() {  # plain_of KIND WORKERS: the plain case with those, or nothing
 sync_bases() {
     local n=$1
     [[ $n == sync-* ]] || return 0
-    n=${n#sync-}; n=${n#lease-}
+    n=${n#sync-}; n=${n#lease-}; n=${n%-near}
     echo "$n redis-$n"
 }
 lr_of() { (($2 == 1)) && { [[ $1 == one ]] && echo limit_req || echo limit_req-1M; }; return 0; }
@@ -1091,7 +1093,9 @@ cat <<EOF
   below the log's level: the row measures rejecting, not writing an error.log line per request).
   limit_req: rate=100000000r/s, limit_req burst=1000000 nodelay (a burst because limit_req counts all the
   requests of one millisecond against it).
-  sync=100ms rows: the same quotas as the Redis rows.
+  sync=100ms rows: the same quotas as the Redis rows; "lease, 300000r/s burst=3000000": a quota the one-key
+  load nears (a lease's units drain with the global level: on a key used far below its rate they drain
+  away before they are spent, and requests wait for grants).
 EOF
 echo
 echo "Sanity checks:"
@@ -1168,7 +1172,7 @@ fi
 # Sync zones: each sync row beside the same algorithm in shared memory and in Redis per request
 # (same key kind, same run), with the Redis commands and Redis CPU (INFO) per 1000 requests.
 SYNC_ORDER=()
-for n in gcra redis-gcra sync-gcra sync-lease-gcra gcra-1M redis-gcra-1M sync-gcra-1M sync-lease-gcra-1M; do
+for n in gcra redis-gcra sync-gcra sync-lease-gcra sync-lease-gcra-near gcra-1M redis-gcra-1M sync-gcra-1M sync-lease-gcra-1M; do
     [[ -n ${RPS[$n]:-} ]] && SYNC_ORDER+=("$n")
 done
 if printf '%s\n' "${SYNC_ORDER[@]}" | grep -q '^sync-'; then
@@ -1198,8 +1202,9 @@ if printf '%s\n' "${SYNC_ORDER[@]}" | grep -q '^sync-'; then
     echo "Sync targets (reported, not enforced):"
     target "hot key >= 0.95x shared memory:" sync-gcra gcra 0.95
     target "hot key >= 0.95x shared memory:" sync-lease-gcra gcra 0.95
+    target "hot key >= 0.95x shared memory:" sync-lease-gcra-near gcra 0.95
     target "$(keys_label) keys >= 0.85x shared memory:" sync-gcra-1M gcra-1M 0.85
-    for name in sync-gcra sync-lease-gcra; do
+    for name in sync-gcra sync-lease-gcra sync-lease-gcra-near; do
         [[ -n ${RPS[$name]:-} ]] || continue
         c=$(col "$name" 20)
         printf '  %-40s %-20s %s Redis calls per 1000 requests %s\n' "hot key: <= 10 Redis calls per 1000:" "$name" "$c" \
