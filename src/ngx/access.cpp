@@ -22,6 +22,7 @@ void rl_ctx_cleanup(void* data) noexcept {
         ngx_delete_posted_event(&ctx->wake);
     }
     rl_sync_lease_cancel(ctx);
+    rl_sync_lease_drop(ctx);
     rl_redis_abandon(ctx);
 }
 
@@ -129,7 +130,12 @@ void rl_wake(ngx_event_t* ev) noexcept {
 
 void rl_timeout(ngx_event_t* ev) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(ev->data);
-    if (ctx->lease_waits > 0 || ctx->lease.next != nullptr || ctx->poll.timer_set) {
+    // (Woken by its poll in this same timer pass, a request still waits for its lease: phase
+    // RL_PHASE_LEASED, its results flagged RL_SYNC_WAIT.)
+    bool leasing = ctx->lease_waits > 0 || ctx->lease.next != nullptr || ctx->poll.timer_set ||
+                   ctx->phase == RL_PHASE_LEASED;
+    for (ngx_uint_t i = 0; i < ctx->nresults && !leasing; i++) leasing = ctx->results[i].sync & RL_SYNC_WAIT;
+    if (leasing) {
         rl_sync_lease_cancel(ctx);  // no grant in time: its lease limits fall back
         rl_lease_finished(ctx);
         return;
@@ -139,7 +145,8 @@ void rl_timeout(ngx_event_t* ev) noexcept {
 }
 
 // Waits (without blocking) for Redis or for lease grants: the request resumes from rl_wake.
-ngx_int_t rl_wait(ngx_http_request_t* r, rl_ctx_t* ctx, ngx_msec_t timeout) {
+// A lease wait that looks again keeps its deadline; Redis calls get their own timeout.
+ngx_int_t rl_wait(ngx_http_request_t* r, rl_ctx_t* ctx, ngx_msec_t timeout, bool lease) {
     ctx->phase = RL_PHASE_WAITING;
     ctx->timer.handler = rl_timeout;
     ctx->timer.data = ctx;
@@ -147,7 +154,7 @@ ngx_int_t rl_wait(ngx_http_request_t* r, rl_ctx_t* ctx, ngx_msec_t timeout) {
     ctx->wake.handler = rl_wake;
     ctx->wake.data = ctx;
     ctx->wake.log = r->connection->log;
-    if (!ctx->timer.timer_set) {  // a lease wait that looks again keeps its deadline
+    if (!lease || !ctx->timer.timer_set) {
         ngx_add_timer(&ctx->timer, timeout);
     }
     r->read_event_handler = ngx_http_test_reading;  // notices a client that goes away
@@ -193,7 +200,7 @@ ngx_int_t rl_decide(ngx_http_request_t* r, rl_ctx_t* ctx, rl_loc_conf_t* lcf) {
                 timeout = res.applied->zone->redis->timeout;
             }
         }
-        if (rl_sync_lease_wait(ctx)) return rl_wait(r, ctx, timeout);
+        if (rl_sync_lease_wait(ctx)) return rl_wait(r, ctx, timeout, true);
         for (ngx_uint_t i = 0; i < m; i++) {  // nothing could be asked: the fallback decides
             if (ctx->results[i].sync & RL_SYNC_WAIT) ctx->results[i].sync |= RL_SYNC_WAITED | RL_SYNC_FAILED;
         }
@@ -207,7 +214,7 @@ ngx_int_t rl_decide(ngx_http_request_t* r, rl_ctx_t* ctx, rl_loc_conf_t* lcf) {
         for (ngx_uint_t i = 0; i < ctx->ncalls; i++) {
             if (ctx->calls[i].redis->timeout > timeout) timeout = ctx->calls[i].redis->timeout;
         }
-        return rl_wait(r, ctx, timeout);
+        return rl_wait(r, ctx, timeout, false);
     }
     if (!shm_ok) {
         // Redis limits are not asked: the request is rejected anyway and must consume nothing.

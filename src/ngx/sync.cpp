@@ -619,7 +619,9 @@ void on_tick(ngx_event_t* ev) noexcept {
             zs->exit_rounds++;
             start_round(zs, true);
         }
-        if (zs->round != nullptr && in_time) ngx_add_timer(ev, 10);
+        // Requests that end a lease wait still commit: their deltas go in a later exit round.
+        bool more = zs->round != nullptr || (zs->exit_rounds < kExitRounds && zs->zone->sync_shm->ndirty > 0);
+        if (more && in_time) ngx_add_timer(ev, 10);
         return;
     }
     maybe_round(zs);
@@ -643,6 +645,27 @@ void wake_waiters(rl_sync_batch_t* b) {
         }
         if (ctx->lease_waits > 0 && --ctx->lease_waits == 0) rl_lease_finished(ctx);
     }
+}
+
+// A waiter that stopped waiting: the grant is not for it. Its cost leaves the ask's need (the
+// command is sent: only what the reply takes for the waiters changes), or, answered already,
+// goes back to the lease.
+void unneed(rl_sync_batch_t* b, rl_ctx_t* ctx) {
+    rl_zone_t* zone = b->zs->zone;
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        if (res.applied->zone->sync != b->zs || !(res.sync & RL_SYNC_NEEDED)) continue;
+        res.sync &= ~RL_SYNC_NEEDED;
+        rl_sync_item_t* it = find_item(b, res.hash, static_cast<uint8_t>(res.applied->policy.algo));
+        if (it == nullptr || it->si.need < res.cost) continue;
+        if (!it->need_granted) {
+            it->si.need -= res.cost;
+        } else if (rl::Slot* slot = item_slot(zone, *it)) {
+            rl_sync_key(slot)->lease.units += res.cost;  // as rl_sync_release
+        }
+    }
+    ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 
 // A request applies a zone once: it is a waiter of the zone's ask once.
@@ -877,9 +900,32 @@ void rl_sync_lease_cancel(rl_ctx_t* ctx) noexcept {
     if (ctx->lease_waits == 0) return;
     for (ngx_queue_t* q = ngx_queue_head(&g_asks); q != ngx_queue_sentinel(&g_asks); q = ngx_queue_next(q)) {
         rl_sync_batch_t* b = ngx_queue_data(q, rl_sync_batch_t, link);
+        bool waited = false;
         for (size_t w = 0; w < b->nwaiters; w++) {
-            if (b->waiters[w] == ctx) b->waiters[w] = nullptr;
+            if (b->waiters[w] != ctx) continue;
+            b->waiters[w] = nullptr;
+            waited = true;
         }
+        if (waited) unneed(b, ctx);
     }
     ctx->lease_waits = 0;
+}
+
+void rl_sync_exit_wake(rl_zone_t* zone) noexcept {
+    rl_sync_zone_t* zs = zone->sync;
+    if (zs == nullptr || !(ngx_exiting || ngx_quit) || zs->exit_at == 0 || zs->tick.timer_set) return;
+    if (ngx_current_msec - zs->exit_at < kExitWait && zs->exit_rounds < kExitRounds) ngx_add_timer(&zs->tick, 10);
+}
+
+void rl_sync_lease_drop(rl_ctx_t* ctx) noexcept {
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        if (!(res.sync & RL_SYNC_GRANTED)) continue;
+        rl_zone_t* zone = res.applied->zone;
+        ngx_shmtx_lock(&zone->shpool->mutex);
+        rl::Slot* slot = rl::table_acquire(zone->table, res.hash, static_cast<uint8_t>(res.applied->policy.algo), nullptr);
+        if (slot != nullptr) rl_sync_release(res, slot);
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        res.sync &= ~RL_SYNC_GRANTED;
+    }
 }

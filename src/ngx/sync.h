@@ -90,3 +90,7 @@ bool rl_sync_lease_wait(rl_ctx_t* ctx) noexcept;
 void rl_sync_ask_ahead(rl_zone_t* zone, rl::Slot* slot, const rl::Policy* policy, int64_t now) noexcept;
 // The request is gone or finished: it no longer waits.
 void rl_sync_lease_cancel(rl_ctx_t* ctx) noexcept;
+// An exiting worker committed after its last round: the tick runs again to send it.
+void rl_sync_exit_wake(rl_zone_t* zone) noexcept;
+// Units granted for a request that goes away before it decides again go back to the lease.
+void rl_sync_lease_drop(rl_ctx_t* ctx) noexcept;

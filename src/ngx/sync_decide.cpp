@@ -98,6 +98,7 @@ void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
         rl::delta_add(k->unsent, p, delta_time(p, res.at, s), res.cost);
     }
     rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));
+    rl_sync_exit_wake(zone);
 }
 
 void rl_sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
