@@ -184,4 +184,21 @@ for my $c (['lw', 5, 5], ['l', 4, 5]) {
     is(global_left('lw', $k), 3, 'lease: the stop gave the unspent unit back (2 admitted in all)');
 }
 
+# Lease: a request that stops waiting (its timeout passed before the grant came) is decided on
+# the fallback, which Redis counts at the next sync; the grant asked for it stays this host's
+# lease and is given back when idle: Redis counts the request once.
+{
+    my $p = start_proxy(upstream => $redis);
+    my $pp = $p->port;
+    (my $conf = http('lease')) =~ s/127\.0\.0\.1:$rp /127.0.0.1:$pp /;
+    my $n4 = start_nginx($conf);
+    my $k = fresh_key('lw');
+    $p->mode('drip', 6);  # the grant arrives after the request's 200ms, within the connection's 1s
+    my ($s4, $h4) = $n4->get("/lw?k=$k");
+    is("$s4 " . ($h4->{'x-status'} // ''), '200 ERROR', 'lease, grant late: admitted on the fallback');
+    $p->mode('pass');
+    ok(wait_global('lw', $k, 4), 'lease, grant late: Redis counts the request once');
+    $n4->stop;
+}
+
 done_testing;
