@@ -172,6 +172,24 @@ for my $c (['lw', 5, 5], ['l', 4, 5]) {
     is(global_left('o', $k2), 2, 'graceful stop: the 3 admissions were sent before the workers exited');
 }
 
+# A reload cannot add or remove sync= on a zone that keeps its name and size: its table would
+# move within the memory the running workers use. The reload is refused, saying why, and the
+# running configuration keeps serving.
+for my $dir (['', ' sync=1s', 'adding'], [' sync=1s', '', 'removing']) {
+    my $conf = sub {
+        return "    ratelimit_redis r 127.0.0.1:$rp timeout=200ms;\n"
+          . "    ratelimit_zone x key=\$arg_k requests=5 period=1h burst=4 redis=r$_[0];\n"
+          . "    server { listen 127.0.0.1:%%PORT%%; location /x { ratelimit zone=x; empty_gif; } }\n";
+    };
+    my $n3 = start_nginx($conf->($dir->[0]));
+    my $k = fresh_key('x');
+    is(($n3->get("/x?k=$k"))[0], 200, "$dir->[2] sync=: the zone serves");
+    my $err = eval { $n3->reload($conf->($dir->[1])); '' } // $@;
+    like($err, qr/ratelimit zone "x": "sync" cannot be added or removed by a reload/, "$dir->[2] sync= by a reload: refused, saying why");
+    is(($n3->get("/x?k=$k"))[0], 200, "... the running configuration keeps serving");
+    $n3->stop;
+}
+
 # Lease: a stop gives back what the host holds.
 {
     my $n3 = start_nginx(http('lease', '1s'));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algo_test_util.h"
+#include "core/delay.h"
 #include "core/exact_math.h"
 #include "core/sync.h"
 
@@ -37,6 +38,7 @@ std::vector<int64_t> delays_at_once(Key& k, int64_t now, int n) {
 TEST_P(Delay, SameDelaysAsLimitReq) {
     Key k(policy(GetParam(), 10, kSec, 5, 2));
     EXPECT_EQ(delays_at_once(k, t0, 7), (std::vector<int64_t>{0, 0, 0, 100 * kMs, 200 * kMs, 300 * kMs, -1}));
+    EXPECT_EQ(rl::delay_bound(k.p), 300 * kMs);  // the longest of them: a full bucket's
     // 150 ms later one and a half requests drained: the next waits (6 - 1.5 + 1 - 3) * 100 ms
     // (limit_req: excess 4.5, delay (4.5 - 2) / 10r/s).
     rl::Decision d = k.hit(t0 + 150 * kMs);
@@ -143,6 +145,7 @@ TEST_P(Delay, RandomTimelinesKeepTheirPromises) {
                 if (delay < 0 || delay >= burst) {
                     ASSERT_EQ(d.delay_us, 0);
                 }
+                ASSERT_LE(d.delay_us, rl::delay_bound(p));  // what a Redis reply's delay is cut to
                 delayed += d.delay_us > 0;
                 continue;
             }

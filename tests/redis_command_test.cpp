@@ -212,6 +212,7 @@ TEST(RedisCommand, DecodeBatchReply) {
     rejects(with(0, 1), "admitted count too low");
     rejects(with(0, -1), "negative count");
     rejects(with(1, -1), "negative now");
+    rejects(with(1, rl::kExact + 1), "a now beyond exact (a later refund's arithmetic would overflow)");
     rejects(with(2, 2), "bad flag");
     rejects(with(3, -1), "negative remaining");
     rejects(with(4, -1), "negative reset");

@@ -108,6 +108,8 @@ TEST(SyncCommand, DecodeReply) {
     EXPECT_TRUE(bad(4, -1));                  // granted
     EXPECT_TRUE(bad(4, rl::kExact + 1));
     EXPECT_TRUE(bad(10, -2));                 // retry
+    EXPECT_TRUE(bad(10, rl::kExact + 1));     // retry beyond exact: now + retry would overflow
+    EXPECT_TRUE(bad(0, rl::kExact + 1));      // now beyond exact
     EXPECT_TRUE(bad(7, rl::kExact + 1));      // a state beyond exact
     EXPECT_TRUE(bad(1, -rl::kExact - 1));
     EXPECT_FALSE(rl::decode_sync_reply(nullptr, 0, 0, nullptr, nullptr));

@@ -23,6 +23,12 @@ int64_t delay_for(const Policy& p, int64_t after) {
     return ceil_div(after - p.delay_level, p.refill);
 }
 
+int64_t delay_bound(const Policy& p) {
+    // bucket_decide admits up to depth: the wait of a full bucket.
+    if (p.delay_level == kNoDelay || p.depth <= p.delay_level) return 0;
+    return ceil_div(p.depth - p.delay_level, p.refill);
+}
+
 int64_t delay_overrun(const Policy& p, int64_t after) {
     if (p.max_delay_units == kNoDelay) return 0;
     return after - p.delay_level - p.max_delay_units;

@@ -18,6 +18,9 @@ void finish_delay(Policy& p);
 // The wait of a request that leaves the bucket at `after` (0 when it does not wait).
 int64_t delay_for(const Policy& p, int64_t after);
 
+// The longest wait the policy can give: a delay from elsewhere (a Redis reply) is cut to it.
+int64_t delay_bound(const Policy& p);
+
 // How far a level `after` is beyond what max_delay accepts (> 0: the request would wait too
 // long; <= 0: it may pass), in scaled units.
 int64_t delay_overrun(const Policy& p, int64_t after);

@@ -152,7 +152,7 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
         count += all;
     }
     // The script's verdict must agree with its parts.
-    if (values[0] < 0 || static_cast<uint64_t>(values[0]) != count || values[1] < 0) return false;
+    if (values[0] < 0 || static_cast<uint64_t>(values[0]) != count || values[1] < 0 || values[1] > kExact) return false;
     v = values + kReplyHead;
     for (size_t g = 0; g < ngroups; g++) {
         bool all = true;

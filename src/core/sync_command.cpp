@@ -86,13 +86,14 @@ size_t sync_reply_len(size_t n) noexcept { return 1 + kSyncReplyPerItem * n; }
 bool decode_sync_reply(const int64_t* values, size_t nvalues, size_t nitems, SyncResult* out,
                        int64_t* redis_now) noexcept {
     if (values == nullptr || nvalues != sync_reply_len(nitems) || (out == nullptr && nitems > 0)) return false;
-    if (values[0] < 0) return false;
+    // Redis's clock and a retry stay below kExact, as every time here: sums of two never overflow.
+    if (values[0] < 0 || values[0] > kExact) return false;
     for (size_t i = 0; i < nitems; i++) {
         const int64_t* v = values + 1 + kSyncReplyPerItem * i;
         for (size_t j = 0; j < 3; j++) {
             if (v[j] < -kExact || v[j] > kExact) return false;
         }
-        if (v[3] < 0 || v[3] > kExact || v[4] < kNever) return false;
+        if (v[3] < 0 || v[3] > kExact || v[4] < kNever || v[4] > kExact) return false;
     }
     for (size_t i = 0; i < nitems; i++) {
         const int64_t* v = values + 1 + kSyncReplyPerItem * i;

@@ -5,6 +5,8 @@
 // (499), and what its limits consumed goes back (limit_req keeps it).
 #include "ratelimit.h"
 
+#include "core/delay.h"
+
 namespace {
 
 // limit_req's rule: delays are logged one level below ratelimit_log_level (info stays info).
@@ -34,8 +36,12 @@ void rl_delay_handler(ngx_http_request_t* r) noexcept {
 void rl_delay_decide(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept {
     const rl_result_t* longest = nullptr;
     for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
-        const rl_result_t& res = ctx->results[i];
+        rl_result_t& res = ctx->results[i];
         if (!rl_decided(res) || !res.decision.allowed || res.decision.delay_us <= 0) continue;
+        // Never longer than the policy allows, whatever a Redis reply said.
+        int64_t bound = rl::delay_bound(*res.policy);
+        if (res.decision.delay_us > bound) res.decision.delay_us = bound;
+        if (res.decision.delay_us <= 0) continue;
         if (longest == nullptr || res.decision.delay_us > longest->decision.delay_us) longest = &res;
     }
     if (longest == nullptr) return;
@@ -63,6 +69,7 @@ ngx_int_t rl_delay_start(rl_ctx_t* ctx) noexcept {
     if (c->read->ready) {
         ngx_post_event(c->read, &ngx_posted_events);
     } else if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        rl_give_back(ctx);  // the request is not served: what it consumed goes back
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
     ctx->phase = RL_PHASE_DELAYED;

@@ -53,11 +53,10 @@ size_t sync_area(const rl_zone_t* zone, size_t block_bytes, uint32_t slot_size, 
     return area < block_bytes ? area : block_bytes;
 }
 
-// Whether what a reload found can be kept: the same layout, sync or not.
-bool zone_compatible(const rl_zone_t* zone, const rl_zone_t* old, uint32_t slot_size, size_t area, uint32_t cap) {
+// Whether what a reload found can be kept (at the same place, sync or not): the same layout.
+bool zone_compatible(const rl_zone_t* zone, const rl_zone_t* old, uint32_t slot_size, uint32_t cap) {
     if (!rl::table_compatible(old->table, slot_size)) return false;
-    if (reinterpret_cast<u_char*>(old->table) != static_cast<u_char*>(zone->block) + area) return false;
-    if (zone->sync_mode == RL_SYNC_OFF) return old->sync_shm == nullptr;
+    if (zone->sync_mode == RL_SYNC_OFF) return true;
     return old->sync_shm == zone->block && rl_sync_compatible(old->sync_shm, cap) && old->table->nslots <= cap;
 }
 
@@ -72,7 +71,16 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         zone->block_bytes = old->block_bytes;
         uint32_t cap;
         size_t area = sync_area(zone, zone->block_bytes, slot_size, &cap);
-        if (zone_compatible(zone, old, slot_size, area, cap)) {
+        if ((old->sync_shm != nullptr) != (zone->sync_mode != RL_SYNC_OFF) ||
+            reinterpret_cast<u_char*>(old->table) != static_cast<u_char*>(zone->block) + area) {
+            // The table would move within the memory the old workers still use until they exit.
+            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                          "ratelimit zone \"%V\": \"sync\" cannot be added or removed by a reload (the running "
+                          "workers use the zone's memory): give the zone another name, or restart nginx",
+                          &zone->name);
+            return NGX_ERROR;
+        }
+        if (zone_compatible(zone, old, slot_size, cap)) {
             zone->table = old->table;
             zone->sync_shm = old->sync_shm;  // the view, the unsent deltas and the leases carry on
             return NGX_OK;
