@@ -261,13 +261,9 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
         ngx_queue_init(&redis->free_batches);
         if (!build_handshake(cycle->pool, redis)) return NGX_ERROR;
         auto* addrs = static_cast<ngx_addr_t*>(redis->addrs->elts);
-        redis->nodes_cap = redis->addrs->nelts + 8;
-        redis->nodes = static_cast<rl_redis_node_t**>(ngx_calloc(redis->nodes_cap * sizeof(rl_redis_node_t*), cycle->log));
-        if (redis->nodes == nullptr) return NGX_ERROR;
         for (ngx_uint_t k = 0; k < redis->addrs->nelts; k++) {
-            rl_redis_node_t* node = rl_node_create(redis, addrs[k]);
+            rl_redis_node_t* node = rl_node_add(redis, addrs[k]);
             if (node == nullptr) return NGX_ERROR;
-            redis->nodes[redis->nnodes++] = node;
             rl_conn_usable(&node->conn);  // connect now rather than on the first request
         }
         if (redis->cluster && !rl_cluster_init(redis)) return NGX_ERROR;
@@ -280,6 +276,6 @@ void rl_redis_exit_process(ngx_cycle_t* cycle) noexcept {
     if (mcf == nullptr) return;
     auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);
     for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
-        for (ngx_uint_t k = 0; k < all[i]->nnodes; k++) rl_conn_close(&all[i]->nodes[k]->conn);
+        for (ngx_uint_t k = 0; k < all[i]->nodes.n; k++) rl_conn_close(&all[i]->nodes.elts[k]->conn);
     }
 }

@@ -324,7 +324,7 @@ rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint1
     call->ctx = ctx;
     call->redis = redis;
     call->slot = slot;
-    call->node = redis->cluster ? rl_cluster_route(redis, slot) : redis->nodes[0];
+    call->node = redis->cluster ? rl_cluster_route(redis, slot) : redis->nodes.elts[0];
     return call;
 }
 
@@ -333,17 +333,16 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ngx_http_request_t* r = ctx->r;
     ngx_uint_t n = ctx->nresults;
     // At most one call per result; each result's index goes into exactly one call.
-    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t)));
-    auto* calls = static_cast<rl_call_t*>(ngx_pcalloc(r->pool, n * sizeof(rl_call_t)));
+    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
     auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(r->pool, n * sizeof(ngx_uint_t)));
     auto* slots = static_cast<uint16_t*>(ngx_palloc(r->pool, n * sizeof(uint16_t)));
-    if (cs == nullptr || calls == nullptr || indices == nullptr || slots == nullptr) {
+    if (cs == nullptr || indices == nullptr || slots == nullptr) {
         for (ngx_uint_t i = 0; i < n; i++) {
             if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_FAILED;
         }
         return 0;
     }
-    cs->calls = calls;
+    cs->calls = reinterpret_cast<rl_call_t*>(cs + 1);
     ctx->store_data[kIndex] = cs;
     for (ngx_uint_t i = 0; i < n; i++) {
         const rl_result_t& res = ctx->results[i];
