@@ -27,6 +27,7 @@ to Case.http() / Case.location().
 """
 import itertools
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -375,6 +376,7 @@ http {{
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)   # quiet when piped into head
     sel = select(os.environ.get("CASES", ""))
     if sel is None:
         sys.exit("cases.py: CASES is not a valid extended regex")
