@@ -6,7 +6,9 @@
 #include "core/log_text.h"
 #include "core/rate.h"
 #include "ngx/delay.h"
+#include "ngx/metrics.h"
 #include "ngx/store.h"
+#include "ngx/tier.h"
 
 namespace {
 
@@ -22,9 +24,21 @@ void rl_ctx_cleanup(void* data) noexcept {
     rl_store_end(ctx);
 }
 
-}  // namespace
+// The cost of a `ratelimit` line for this request (quantity=N or quantity=$variable).
+int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* zone) {
+    if (limit.quantity_cv == nullptr) return limit.quantity;
+    ngx_str_t value;
+    if (ngx_http_complex_value(r, limit.quantity_cv, &value) != NGX_OK) return 1;
+    if (value.len == 0) return 1;
+    // A number too large for any limit is rejected by the algorithm (kNever), as is one
+    // above this limit's capacity; only what is not a number at all counts 1.
+    int64_t cost = rl::parse_cost(rl_sv(value));
+    if (cost >= 0) return cost;
+    rl_warn_value(r, zone, &zone->quantity_warned, "quantity", value, "counted as 1");
+    return 1;
+}
 
-rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcept {
+rl_ctx_t* new_ctx(ngx_http_request_t* r, const rl_loc_conf_t* lcf) {
     // One allocation, the pool cleanup's own data, holds the context, the results, the
     // locking scratch, a result list and, in a tiered location, each request's own policies.
     ngx_uint_t n = lcf->applied->nelts;
@@ -48,6 +62,34 @@ rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcep
     return ctx;
 }
 
+}  // namespace
+
+rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcept {
+    rl_ctx_t* ctx = new_ctx(r, lcf);
+    if (ctx == nullptr) return nullptr;
+    // One result per applied limit whose key is not empty (an empty key is exempt from its zone).
+    auto* applied = static_cast<rl_applied_t*>(lcf->applied->elts);
+    ngx_uint_t m = 0;
+    for (ngx_uint_t i = 0; i < lcf->applied->nelts; i++) {
+        ngx_str_t key;
+        if (ngx_http_complex_value(r, &applied[i].zone->key, &key) != NGX_OK) return nullptr;
+        if (key.len == 0) {
+            rl_metrics_count(applied[i].zone->metrics, RL_RESULT_EXEMPT);
+            continue;
+        }
+        rl_result_t& res = ctx->results[m++];
+        res = rl_result_t{};
+        res.applied = &applied[i];
+        res.policy = &applied[i].policy;
+        if (applied[i].tiered) res.policy = rl_tier_policy(r, applied[i], rl_ctx_policies(ctx) + (m - 1));
+        res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
+        res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
+        res.store = applied[i].zone->store->decide ? RL_STORE_SHM : RL_STORE_REDIS;
+    }
+    ctx->nresults = m;
+    return ctx;
+}
+
 rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept {
     ngx_http_request_t* m = r->main;
     auto* ctx = static_cast<rl_ctx_t*>(ngx_http_get_module_ctx(m, ngx_http_ratelimit_module));
@@ -60,19 +102,6 @@ rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept {
         }
     }
     return nullptr;
-}
-
-int64_t rl_request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* zone) noexcept {
-    if (limit.quantity_cv == nullptr) return limit.quantity;
-    ngx_str_t value;
-    if (ngx_http_complex_value(r, limit.quantity_cv, &value) != NGX_OK) return 1;
-    if (value.len == 0) return 1;
-    // A number too large for any limit is rejected by the algorithm (kNever), as is one
-    // above this limit's capacity; only what is not a number at all counts 1.
-    int64_t cost = rl::parse_cost(rl_sv(value));
-    if (cost >= 0) return cost;
-    rl_warn_value(r, zone, &zone->quantity_warned, "quantity", value, "counted as 1");
-    return 1;
 }
 
 void rl_warn_value(ngx_http_request_t* r, const rl_zone_t* zone, time_t* stamp, const char* what,
