@@ -5,7 +5,6 @@
 
 #include "core/log_text.h"
 #include "core/rate.h"
-#include "ngx/delay.h"
 #include "ngx/metrics.h"
 #include "ngx/store.h"
 #include "ngx/tier.h"
@@ -14,7 +13,12 @@ namespace {
 
 void rl_ctx_cleanup(void* data) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(data);
-    if (ctx->phase == RL_PHASE_DELAYED) rl_delay_abandoned(ctx);
+    if (ctx->phase == RL_PHASE_DELAYED) {
+        // The request ends while delayed (the client closed the connection): what its limits
+        // consumed goes back (limit_req keeps it).
+        ctx->phase = RL_PHASE_RETURNED;
+        rl_store_give_back(ctx);
+    }
     if (ctx->timer.timer_set) {
         ngx_del_timer(&ctx->timer);
     }
