@@ -9,8 +9,6 @@
 #include "ngx/store.h"
 #include "ngx/tier.h"
 
-namespace {
-
 void rl_ctx_cleanup(void* data) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(data);
     if (ctx->phase == RL_PHASE_DELAYED) {
@@ -27,6 +25,8 @@ void rl_ctx_cleanup(void* data) noexcept {
     }
     rl_store_end(ctx);
 }
+
+namespace {
 
 // The cost of a `ratelimit` line for this request (quantity=N or quantity=$variable).
 int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* zone) {
@@ -92,20 +92,6 @@ rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcep
     }
     ctx->nresults = m;
     return ctx;
-}
-
-rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept {
-    ngx_http_request_t* m = r->main;
-    auto* ctx = static_cast<rl_ctx_t*>(ngx_http_get_module_ctx(m, ngx_http_ratelimit_module));
-    if (ctx != nullptr) return ctx;
-    for (ngx_pool_cleanup_t* cln = m->pool->cleanup; cln; cln = cln->next) {
-        if (cln->handler == rl_ctx_cleanup) {
-            ctx = static_cast<rl_ctx_t*>(cln->data);
-            ngx_http_set_ctx(m, ctx, ngx_http_ratelimit_module);
-            return ctx;
-        }
-    }
-    return nullptr;
 }
 
 void rl_warn_value(ngx_http_request_t* r, const rl_zone_t* zone, time_t* stamp, const char* what,
