@@ -381,15 +381,21 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     return cs->waiting;
 }
 
-// Stops waiting: the request is gone or timed out; late replies are dropped. Calls still in
-// flight stay known until redis_decided, so that redis_give_back can arm a refund for a late
-// admission of a request that was rejected meanwhile.
-void redis_end(rl_ctx_t* ctx) noexcept {
+// Stops waiting: the request is gone, or its timeout passed (logged, rate limited); late
+// replies are dropped. Calls still in flight stay known until redis_decided, so that
+// redis_give_back can arm a refund for a late admission of a request that was rejected meanwhile.
+void abandon(rl_ctx_t* ctx, bool timed_out) {
     rl_calls_t* cs = calls_of(ctx);
     if (cs == nullptr) return;
     for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
         rl_call_t* call = &cs->calls[k];
         if (call->state != RL_CALL_PENDING) continue;
+        if (timed_out) {
+            rl_redis_t* redis = call->redis;
+            rl_metrics_redis_error(redis->conn.metrics, RL_REDIS_ERR_TIMEOUT);
+            rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: timed out: no reply within %M ms, "
+                               "on_error applies", &redis->name, &call->node->conn.addr.name, redis->timeout);
+        }
         if (call->batch != nullptr) {
             // In flight: its group's reply is dropped, unless redis_give_back arms a late
             // refund right away (call->batch is kept only for that).
@@ -403,20 +409,9 @@ void redis_end(rl_ctx_t* ctx) noexcept {
     cs->waiting = 0;
 }
 
-// The request's timeout passed: logged (rate limited), and what is pending is abandoned.
-void redis_timed_out(rl_ctx_t* ctx) noexcept {
-    rl_calls_t* cs = calls_of(ctx);
-    if (cs == nullptr) return;
-    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
-        rl_call_t* call = &cs->calls[k];
-        if (call->state != RL_CALL_PENDING) continue;
-        rl_redis_t* redis = call->redis;
-        rl_metrics_redis_error(redis->conn.metrics, RL_REDIS_ERR_TIMEOUT);
-        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: timed out: no reply within %M ms, on_error "
-                           "applies", &redis->name, &call->node->conn.addr.name, redis->timeout);
-    }
-    redis_end(ctx);
-}
+void redis_end(rl_ctx_t* ctx) noexcept { abandon(ctx, false); }
+
+void redis_timed_out(rl_ctx_t* ctx) noexcept { abandon(ctx, true); }
 
 // Gives back what the Redis calls of a rejected request consumed.
 void redis_give_back(rl_ctx_t* ctx) noexcept {
