@@ -169,10 +169,9 @@ ngx_msec_t wait_timeout(const rl_ctx_t* ctx, rl_phase_e phase) {
 
 // Waits (without blocking) for `nstores` stores: the request resumes from on_wake. A refill
 // that asks for a new decision keeps its deadline; Redis's decisions get their own timeout.
-ngx_int_t wait(ngx_http_request_t* r, rl_ctx_t* ctx, rl_phase_e phase, ngx_uint_t nstores) {
+ngx_int_t wait(ngx_http_request_t* r, rl_ctx_t* ctx, rl_phase_e phase, ngx_uint_t nstores, ngx_msec_t timeout) {
     ctx->phase = phase;
     ctx->waiting = nstores;
-    ctx->resume = on_resume;
     ctx->timer.handler = on_timeout;
     ctx->timer.data = ctx;
     ctx->timer.log = r->connection->log;
@@ -180,7 +179,7 @@ ngx_int_t wait(ngx_http_request_t* r, rl_ctx_t* ctx, rl_phase_e phase, ngx_uint_
     ctx->wake.data = ctx;
     ctx->wake.log = r->connection->log;
     if (phase == RL_PHASE_WAITING || !ctx->timer.timer_set) {
-        ngx_add_timer(&ctx->timer, wait_timeout(ctx, phase));
+        ngx_add_timer(&ctx->timer, timeout);
     }
     r->read_event_handler = ngx_http_test_reading;  // notices a client that goes away
     r->write_event_handler = ngx_http_request_empty_handler;
@@ -217,12 +216,15 @@ ngx_int_t decide(ngx_http_request_t* r, rl_ctx_t* ctx, const rl_loc_conf_t* lcf)
     ngx_uint_t nshm = rl_store_select(ctx, RL_STORE_SHM, list);
     bool ok = nshm == 0 || rl_store_decide_local(list, nshm, rl_ctx_scratch(ctx));
     if (!ok && refill_waits(ctx)) {
-        if (ngx_uint_t n = rl_store_refill(ctx)) return wait(r, ctx, RL_PHASE_REFILLING, n);
+        if (ngx_uint_t n = rl_store_refill(ctx)) {
+            return wait(r, ctx, RL_PHASE_REFILLING, n, wait_timeout(ctx, RL_PHASE_REFILLING));
+        }
         // Nothing could be asked: the stores decide without it.
         ok = rl_store_decide_local(list, nshm, rl_ctx_scratch(ctx));
     }
     if (ok) {
-        if (ngx_uint_t n = rl_store_remote(ctx)) return wait(r, ctx, RL_PHASE_WAITING, n);
+        ngx_msec_t timeout = wait_timeout(ctx, RL_PHASE_WAITING);  // before calls that cannot go fail
+        if (ngx_uint_t n = rl_store_remote(ctx)) return wait(r, ctx, RL_PHASE_WAITING, n, timeout);
     } else {
         // Redis limits are not asked: the request is rejected anyway and must consume nothing.
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
@@ -265,6 +267,7 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
 
     rl_ctx_t* ctx = rl_ctx_create(r, lcf);
     if (ctx == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    ctx->resume = on_resume;
     if (ctx->nresults == 0) {
         ctx->status = RL_STATUS_EXEMPT;
         return NGX_DECLINED;

@@ -331,7 +331,9 @@ rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint1
 // Sends the request's Redis checks; returns the number of calls now in flight.
 ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ngx_http_request_t* r = ctx->r;
-    ngx_uint_t n = ctx->nresults;
+    ngx_uint_t n = ctx->nresults, nredis = 0;
+    for (ngx_uint_t i = 0; i < n; i++) nredis += ctx->results[i].store == RL_STORE_REDIS;
+    if (nredis == 0) return 0;  // (every key of its zones was empty)
     // At most one call per result; each result's index goes into exactly one call.
     auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
     auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(r->pool, n * sizeof(ngx_uint_t)));

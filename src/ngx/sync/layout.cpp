@@ -24,7 +24,10 @@ void rl_sync_area_format(void* area, uint32_t cap) {
     name[sizeof(name) - 1] = '\0';
     uint64_t tag = 0;
     if (getrandom(&tag, sizeof(tag), GRND_NONBLOCK) != static_cast<ssize_t>(sizeof(tag))) {
-        tag = static_cast<uint64_t>(ngx_pid) * 0x9e3779b97f4a7c15ULL ^ static_cast<uint64_t>(ngx_time());
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        tag = static_cast<uint64_t>(ngx_pid) * 0x9e3779b97f4a7c15ULL ^
+              static_cast<uint64_t>(ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
     }
     size_t namelen = rl::log_text(name, ngx_strlen(name), reinterpret_cast<char*>(h->host_id), 24);
     u_char* end = ngx_snprintf(h->host_id + namelen, kRlHostIdLen - namelen, "-%016uxL", tag);
