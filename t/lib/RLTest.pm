@@ -5,7 +5,8 @@ package RLTest;
 # it lives in one package per file under t/lib/RLTest/:
 #
 #   Util        repo_root module_so slurp spew conf_line_of free_port fresh_key worker_rss
-#               avoid_window_edge wait_window_offset; temp dirs; processes (pid_alive)
+#               avoid_window_edge wait_window_offset; temp dirs; processes: run_cmd (a
+#               command with a deadline), stop_child, pid_alive
 #   Nginx       start_nginx nginx_t nginx_bin; $n->port/ports/dir/conf/conf_file/error_log,
 #               reload stop master_pid worker_pids wait_log allow_log; $n->get/get_port/
 #               keepalive; Redis-test helpers timed resumes_within wait_decided remaining
@@ -31,7 +32,7 @@ use strict;
 use warnings;
 use Exporter 'import';
 use RLTest::Util qw(repo_root module_so slurp spew conf_line_of free_port fresh_key worker_rss
-  avoid_window_edge wait_window_offset kept_dirs run_capture pid_alive);
+  avoid_window_edge wait_window_offset kept_dirs run_cmd pid_alive);
 use RLTest::Http qw(http_request parse_sf_list gif_body_ok);
 use RLTest::KeepAlive;
 use RLTest::Clients qw(statuses run_clients codes tally);
@@ -43,11 +44,7 @@ use RLTest::Proxy ();
 our @EXPORT = qw(free_port start_nginx nginx_t module_so repo_root nginx_bin
   run_clients avoid_window_edge wait_window_offset slurp spew http_request
   conf_line_of gif_body_ok parse_sf_list statuses start_redis start_proxy fresh_key codes tally
-  worker_rss start_redis_cluster);
-
-# Old names some test files call by their full name.
-*_run_capture = \&run_capture;
-*_alive = \&pid_alive;
+  worker_rss start_redis_cluster run_cmd pid_alive);
 
 my $CREATOR = $$;
 

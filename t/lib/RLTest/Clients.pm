@@ -4,6 +4,7 @@ package RLTest::Clients;
 use strict;
 use warnings;
 use Exporter 'import';
+use IO::Select;
 use POSIX ();
 use Time::HiRes qw(time sleep);
 use RLTest::Http qw(http_request);
@@ -41,7 +42,7 @@ sub run_clients {
         my $pid = fork // die "fork: $!";
         if (!$pid) {
             close $r;
-            $SIG{ALRM} = sub { POSIX::_exit(1) };
+            $SIG{ALRM} = 'DEFAULT';    # a client stuck anywhere ends after 60 s
             alarm 60;
             my @res;
             eval {
@@ -69,12 +70,27 @@ sub run_clients {
         push @kids, [$pid, $r];
     }
     $o{during}->() if $o{during};  # e.g. a fault injected while the clients run
+    # The clients' reports, read as they come; a client still running 5 s after its own
+    # alarm should have ended it is killed, and what it did is lost.
+    my $deadline = $start_at + 65;
+    $deadline = time + 5 if $deadline < time + 5;
+    my $sel = IO::Select->new(map { $_->[1] } @kids);
+    my %data = map { fileno($_->[1]) => '' } @kids;
+    while ($sel->count) {
+        my $left = $deadline - time;
+        last if $left <= 0;
+        for my $fh ($sel->can_read($left)) {
+            my $n = sysread($fh, $data{ fileno $fh }, 65536, length $data{ fileno $fh });
+            next if !defined $n && $!{EINTR};
+            $sel->remove($fh) unless $n;
+        }
+    }
     my %count = (':errors' => 0);
     for my $k (@kids) {
         my ($pid, $r) = @$k;
-        local $/;
-        my $data = <$r> // '';
+        my $data = $data{ fileno $r };
         close $r;
+        kill 'KILL', $pid if waitpid($pid, POSIX::WNOHANG()) == 0 && time >= $deadline;
         waitpid $pid, 0;
         for my $line (split /\n/, $data) {
             my ($st, $ms, $v) = split /\t/, $line, 3;

@@ -9,15 +9,17 @@ use strict;
 use warnings;
 use Exporter 'import';
 use File::Basename qw(dirname);
+use File::Path qw(make_path);
 use Time::HiRes qw(time sleep);
 use IO::Socket::INET;
-use RLTest::Util qw(module_so slurp spew free_port temp_dir run_capture pid_alive);
+use RLTest::Util qw(module_so slurp spew free_port temp_dir run_cmd pid_alive);
 use RLTest::Http qw(http_request parse_sf_list);
 use RLTest::KeepAlive;
 
 our @EXPORT_OK = qw(nginx_bin start_nginx nginx_t);
 
 our $BIN = $ENV{NGINX_BIN} || '/usr/sbin/nginx';
+our $CMD_TIMEOUT = 30;    # seconds for nginx -t, and for nginx to daemonize at a start
 
 my @INSTANCES;        # every nginx started by this process, stopped at the end
 my @LOGS;             # [error.log, allowed re or undef] of every prefix made here, checked at the end
@@ -83,7 +85,7 @@ sub nginx_t {
     $conf = _subst($conf, $dir, $ports);
     my $file = "$dir/nginx.conf";
     spew($file, $conf);
-    my ($rc, $out) = run_capture($BIN, '-t', '-p', "$dir/", '-c', $file, '-e', "$dir/error.log");
+    my ($rc, $out) = run_cmd($CMD_TIMEOUT, $BIN, '-t', '-p', "$dir/", '-c', $file, '-e', "$dir/error.log");
     return ($rc, $out, $file, $dir);
 }
 
@@ -103,14 +105,15 @@ sub start_nginx {
         for my $rel (sort keys %$files) {
             my $path = "$dir/$rel";
             my $d = dirname($path);
-            system('mkdir', '-p', $d) == 0 or die "mkdir $d";
+            make_path($d);
+            -d $d or die "mkdir $d";
             chmod 0755, $d;
             spew($path, $files->{$rel});
             chmod 0644, $path;
         }
     }
     $self->_write_conf($http);
-    my ($rc, $out) = run_capture($BIN, '-p', "$dir/", '-c', "$dir/nginx.conf", '-e', "$dir/error.log");
+    my ($rc, $out) = run_cmd($CMD_TIMEOUT, $BIN, '-p', "$dir/", '-c', "$dir/nginx.conf", '-e', "$dir/error.log");
     if ($rc != 0) {
         die "nginx failed to start (rc $rc): $out\n--- error.log:\n" . slurp("$dir/error.log");
     }

@@ -18,7 +18,7 @@ use IO::Select;
 use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
-use RLTest::Util qw(free_port temp_dir slurp);
+use RLTest::Util qw(free_port temp_dir slurp run_cmd stop_child);
 
 our @EXPORT_OK = qw(start_redis);
 
@@ -65,19 +65,12 @@ sub port { $_[0]{port} }
 sub pid  { $_[0]{pid} }
 sub addr { "127.0.0.1:$_[0]{port}" }
 
-# cli(@args): runs redis-cli against this server; returns its output without the newline.
+# cli(@args): runs redis-cli against this server (killed after $CLI_TIMEOUT seconds); returns
+# its output without the newline.
 sub cli {
     my ($self, @args) = @_;
-    my $pid = open(my $fh, '-|') // die "fork: $!";
-    if (!$pid) {
-        open STDERR, '>&', \*STDOUT;
-        my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-        exec $CLI, '-h', '127.0.0.1', '-p', $self->{port}, @auth, @args or POSIX::_exit(127);
-    }
-    local $/;
-    my $out = <$fh>;
-    close $fh;
-    $out //= '';
+    my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
+    my (undef, $out) = run_cmd($CLI_TIMEOUT, $CLI, '-h', '127.0.0.1', '-p', $self->{port}, @auth, @args);
     $out =~ s/\n\z//;
     return $out;
 }
@@ -108,13 +101,13 @@ sub keys_matching {
     return grep { length } split /\n/, $self->cli('--scan', '--pattern', $pattern);
 }
 
+# Sends $sig (KILL) and reaps the server; one that is still there 3 s later is killed.
 sub kill_now {
     my ($self, $sig) = @_;
     return unless $self->{pid};
     close $self->{conn}{s} if $self->{conn};
     delete $self->{conn};
-    kill $sig // 'KILL', $self->{pid};
-    waitpid $self->{pid}, 0;
+    stop_child($self->{pid}, $sig // 'KILL', 3);
     delete $self->{pid};
 }
 

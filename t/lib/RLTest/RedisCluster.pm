@@ -48,7 +48,7 @@ use warnings;
 use Exporter 'import';
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
-use RLTest::Util qw(free_port);
+use RLTest::Util qw(free_port run_cmd);
 use RLTest::Redis;
 
 our @EXPORT_OK = qw(start_redis_cluster);
@@ -87,7 +87,7 @@ sub start {
             args => [@args, '--cluster-port', $bus]);
     }
     my @auth = defined $o{password} ? ('-a', $o{password}, '--no-auth-warning') : ();
-    my ($rc, $out) = _run(60, $RLTest::Redis::CLI, @auth, '--cluster', 'create',
+    my ($rc, $out) = run_cmd(60, $RLTest::Redis::CLI, @auth, '--cluster', 'create',
         (map { $_->addr } @{ $self->{nodes} }), '--cluster-replicas', $nr, '--cluster-yes');
     die "redis-cli --cluster create failed (rc $rc):\n$out\n" if $rc != 0 || $out !~ /All 16384 slots covered/;
     $self->wait_ok(20);
@@ -107,22 +107,6 @@ sub start {
     return $self;
 }
 
-# Runs a command with its output captured; killed after $secs seconds. -> (rc, output)
-sub _run {
-    my ($secs, @cmd) = @_;
-    my $pid = open(my $fh, '-|') // die "fork: $!";
-    if (!$pid) {
-        open STDERR, '>&', \*STDOUT;
-        open STDIN, '<', '/dev/null';
-        alarm $secs;    # survives exec: SIGALRM ends a stuck command
-        exec @cmd or POSIX::_exit(127);
-    }
-    local $/;
-    my $out = <$fh> // '';
-    close $fh;
-    return ($? & 127 ? 128 + ($? & 127) : $? >> 8, $out);
-}
-
 # cli($node, @args): one command to one node, as redis-cli would print its reply: errors
 # (MOVED, ASK, ERR ...) as their text, nil as '', arrays one element a line, CRLF as LF, no
 # final newline. Commands go over a kept connection per node (fork/exec of redis-cli is too
@@ -131,7 +115,7 @@ sub cli {
     my ($self, $node, @args) = @_;
     if (@args && $args[0] =~ /^-/) {
         my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-        my (undef, $out) = _run($RLTest::Redis::CLI_TIMEOUT, $RLTest::Redis::CLI, '-h', '127.0.0.1', '-p', $node->port, @auth, @args);
+        my (undef, $out) = run_cmd($RLTest::Redis::CLI_TIMEOUT, $RLTest::Redis::CLI, '-h', '127.0.0.1', '-p', $node->port, @auth, @args);
         $out =~ s/\n\z//;
         return $out;
     }
@@ -464,7 +448,7 @@ sub reshard {
     my ($self, $from, $to, $count) = @_;
     my %before = map { $_ => 1 } $self->slots_of($from);
     my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-    my ($rc, $out) = _run(120, $RLTest::Redis::CLI, @auth, '--cluster', 'reshard', $from->addr,
+    my ($rc, $out) = run_cmd(120, $RLTest::Redis::CLI, @auth, '--cluster', 'reshard', $from->addr,
         '--cluster-from', $self->id($from), '--cluster-to', $self->id($to), '--cluster-slots', $count,
         '--cluster-yes', '--cluster-pipeline', 100);
     die "redis-cli --cluster reshard failed (rc $rc):\n" . substr($out, -2000) . "\n" if $rc != 0;

@@ -1,7 +1,8 @@
 package RLTest::Util;
 # What every other RLTest package needs: where the repository and the module are, files,
 # free loopback ports, temporary directories (kept with RLTEST_KEEP=1), fresh keys, the
-# window clock, and processes.
+# window clock, and processes: run_cmd runs a command with a deadline, stop_child ends one
+# that was started in the background, pid_alive tells a live process from a zombie.
 # Core Perl only; depends on no other RLTest package.
 use strict;
 use warnings;
@@ -16,7 +17,7 @@ use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 
 our @EXPORT_OK = qw(repo_root module_so slurp spew conf_line_of free_port temp_dir kept_dirs
-  run_capture pid_alive worker_rss fresh_key avoid_window_edge wait_window_offset);
+  run_cmd stop_child pid_alive worker_rss fresh_key avoid_window_edge wait_window_offset);
 
 our $KEEP = $ENV{RLTEST_KEEP} ? 1 : 0;    # RLTEST_KEEP=1: keep the temporary directories
 
@@ -99,21 +100,105 @@ sub worker_rss {
     return slurp("/proc/$pid/status") =~ /^VmRSS:\s+(\d+)\s+kB/m ? $1 : 0;
 }
 
-# (exit code, output) of @cmd, stdout and stderr together.
-sub run_capture {
-    my (@cmd) = @_;
-    my $pid = open(my $fh, '-|') // die "fork: $!";
+my %RUNNING;    # pid -> the process that waits for it in run_cmd
+
+# run_cmd($secs, @cmd) -> (exit code, output, timed out): runs @cmd (no shell) with stdin
+# from /dev/null and stdout and stderr captured together, and waits for it, at most $secs
+# seconds. The command runs in its own process group; at the deadline that whole group is
+# killed (SIGKILL), the exit code is 137 and the output ends with a line saying so. The
+# exit code of a command ended by a signal is 128 + the signal, 127 if it could not be run.
+# A daemon the command leaves behind holding the output open (nginx, daemonized) does not
+# keep run_cmd waiting: once the command itself has exited, what it wrote is read and that
+# is all. If the caller dies meanwhile (the test file's own timeout), the group is killed
+# first; a command still running when its caller is gone dies of SIGALRM soon after the
+# deadline (the timer survives exec).
+sub run_cmd {
+    my ($secs, @cmd) = @_;
+    die "run_cmd: no deadline\n" unless defined $secs && $secs > 0;
+    die "run_cmd: no command\n" unless @cmd;
+    pipe(my $r, my $w) or die "pipe: $!";
+    my $pid = fork // die "fork: $!";
     if (!$pid) {
-        open STDERR, '>&', \*STDOUT;
-        exec @cmd or POSIX::_exit(127);
+        close $r;
+        setpgrp(0, 0);
+        open STDIN, '<', '/dev/null';
+        open STDOUT, '>&', $w;
+        open STDERR, '>&', $w;
+        close $w;
+        $SIG{$_} = 'DEFAULT' for qw(ALRM PIPE TERM INT);
+        alarm(int($secs) + 5);
+        { no warnings 'exec'; exec { $cmd[0] } @cmd }
+        print STDERR "run_cmd: cannot run $cmd[0]: $!\n";
+        POSIX::_exit(127);
     }
-    my $out = '';
-    my $deadline = time + 30;
-    local $/;
-    $out = <$fh> // '';
-    close $fh;
-    my $rc = $? >> 8;
-    return ($rc, $out);
+    close $w;
+    $RUNNING{$pid} = $$;
+    binmode $r;
+    my $deadline = time + $secs;
+    my ($out, $status, $timed_out) = ('', undef, 0);
+    my $kill = sub { kill 'KILL', -$pid; kill 'KILL', $pid };
+    my $ok = eval {
+        my $sel = IO::Select->new($r);
+        my $open = 1;
+        while (1) {
+            if (!defined $status) {
+                my $got = waitpid($pid, WNOHANG);
+                $status = $got == $pid ? $? : -1 if $got != 0;    # -1: reaped elsewhere
+            }
+            last if defined $status && !$open;
+            my $left = $deadline - time;
+            if ($left <= 0) {
+                $kill->();
+                if (!defined $status) { waitpid($pid, 0); $status = $? }
+                $timed_out = 1;
+                last;
+            }
+            if (!$open) { sleep 0.005; next }    # output closed, the command not reaped yet
+            # While the command runs, look at it again every 50 ms; once it has exited, take
+            # what is left in the pipe and stop.
+            my $wait = defined $status ? 0 : $left < 0.05 ? $left : 0.05;
+            if ($sel->can_read($wait)) {
+                my $n = sysread($r, $out, 65536, length $out);
+                $open = 0 if defined $n ? $n == 0 : !$!{EINTR} && !$!{EAGAIN};
+            } elsif (defined $status) {
+                $open = 0;
+            }
+        }
+        1;
+    };
+    my $err = $@;
+    if (!$ok) {
+        $kill->();
+        waitpid($pid, 0) unless defined $status;
+    }
+    delete $RUNNING{$pid};
+    close $r;
+    die $err unless $ok;
+    $out .= "\nrun_cmd: killed after ${secs}s: @cmd\n" if $timed_out;
+    my $rc = $timed_out ? 137 : $status < 0 ? -1 : $status & 127 ? 128 + ($status & 127) : $status >> 8;
+    return ($rc, $out, $timed_out);
+}
+
+# Ends a child process started in the background (redis-server, a proxy): $sig (TERM), then
+# SIGKILL if it is still there after $grace seconds (3); always reaps it.
+sub stop_child {
+    my ($pid, $sig, $grace) = @_;
+    return unless $pid;
+    kill $sig // 'TERM', $pid;
+    my $deadline = time + ($grace // 3);
+    while (time < $deadline) {
+        my $got = waitpid($pid, WNOHANG);
+        return if $got == $pid || $got < 0;
+        sleep 0.01;
+    }
+    kill 'KILL', $pid;
+    waitpid($pid, 0);
+}
+
+END {
+    # a run_cmd interrupted by exit (not by die): its command does not outlive the test
+    my @left = grep { $RUNNING{$_} == $$ } keys %RUNNING;
+    kill 'KILL', map { (-$_, $_) } @left if @left;
 }
 
 # ---------------------------------------------------------------- time
