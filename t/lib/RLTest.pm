@@ -5,16 +5,18 @@ package RLTest;
 # it lives in one package per file under t/lib/RLTest/:
 #
 #   Util        repo_root module_so slurp spew conf_line_of free_port fresh_key worker_rss
-#               avoid_window_edge wait_window_offset; temp dirs; processes: run_cmd (a
-#               command with a deadline), stop_child, pid_alive
+#               avoid_window_edge wait_window_offset; settle_value (a value awaited, not
+#               slept for); temp dirs; processes: run_cmd (a command with a deadline),
+#               stop_child, pid_alive
 #   Nginx       start_nginx nginx_t nginx_bin; $n->port/ports/dir/conf/conf_file/error_log,
 #               reload stop master_pid worker_pids wait_log allow_log; $n->get/get_port/
 #               keepalive; Redis-test helpers timed resumes_within wait_decided remaining
-#               wait_consumed; the teardown check (bad_log_lines)
+#               wait_consumed settle_remaining; the teardown check (bad_log_lines)
 #   Http        http_request parse_sf_list gif_body_ok (request_text parse_head dechunk)
 #   KeepAlive   one keep-alive connection: new($port), get, close
 #   Clients     statuses run_clients codes tally
-#   Redis       start_redis; $r->cli/cmd/keys_matching/kill_now/restart/stop; the RESP client
+#   Redis       start_redis; $r->cli/cmd/keys_matching/wait_asleep/kill_now/restart/stop;
+#               the RESP client
 #   RedisCluster  start_redis_cluster: nodes, slots, migrations, failovers (see its header)
 #   Proxy       start_proxy: a misbehaving Redis in front of a real one (see its header)
 #   Sync        sync-zone helpers, `use RLTest::Sync;` (see its header)
@@ -32,7 +34,7 @@ use strict;
 use warnings;
 use Exporter 'import';
 use RLTest::Util qw(repo_root module_so slurp spew conf_line_of free_port fresh_key worker_rss
-  avoid_window_edge wait_window_offset kept_dirs run_cmd pid_alive);
+  settle_value avoid_window_edge wait_window_offset kept_dirs run_cmd pid_alive);
 use RLTest::Http qw(http_request parse_sf_list gif_body_ok);
 use RLTest::KeepAlive;
 use RLTest::Clients qw(statuses run_clients codes tally);
@@ -44,7 +46,7 @@ use RLTest::Proxy ();
 our @EXPORT = qw(free_port start_nginx nginx_t module_so repo_root nginx_bin
   run_clients avoid_window_edge wait_window_offset slurp spew http_request
   conf_line_of gif_body_ok parse_sf_list statuses start_redis start_proxy fresh_key codes tally
-  worker_rss start_redis_cluster run_cmd pid_alive);
+  worker_rss start_redis_cluster run_cmd pid_alive settle_value);
 
 my $CREATOR = $$;
 

@@ -12,7 +12,7 @@ use File::Basename qw(dirname);
 use File::Path qw(make_path);
 use Time::HiRes qw(time sleep);
 use IO::Socket::INET;
-use RLTest::Util qw(module_so slurp spew free_port temp_dir run_cmd pid_alive);
+use RLTest::Util qw(module_so slurp spew free_port temp_dir run_cmd pid_alive settle_value);
 use RLTest::Http qw(http_request parse_sf_list);
 use RLTest::KeepAlive;
 
@@ -331,6 +331,14 @@ sub wait_consumed {
         sleep 0.02;
     }
     return 0;
+}
+
+# $n->settle_remaining($path, $want [, $timeout]): polls a quantity=0 location until the key
+# has exactly $want units left (for up to $timeout seconds, 3), then reads it once more 0.2 s
+# later (settle_value). Returns the last value read ('-' if not decided in Redis).
+sub settle_remaining {
+    my ($self, $path, $want, $timeout) = @_;
+    return settle_value(sub { $self->remaining($path) }, $want, timeout => $timeout // 3);
 }
 
 # ------------------------------------------------------------ teardown check

@@ -9,6 +9,7 @@ package RLTest::Redis;
 #   $r->cli(@args)              redis-cli's output, without the final newline
 #   $r->cmd(@args)              (1, decoded reply) or (0, reason), over a kept connection
 #   $r->keys_matching($pattern) the keys (few, in tests)
+#   $r->wait_asleep([$timeout]) until it stops answering (inside a DEBUG SLEEP sent elsewhere)
 #   $r->kill_now([$sig]), $r->restart, $r->stop
 # $REDIS_SERVER and $REDIS_CLI name other binaries.
 use strict;
@@ -93,6 +94,24 @@ sub cmd {
         delete $self->{conn};
     }
     return (0, $why);
+}
+
+# $r->wait_asleep([$timeout]): waits (up to $timeout seconds, 2) until the server stops
+# answering a PING within 50 ms, i.e. it is inside a DEBUG SLEEP or the like that was sent
+# from elsewhere: a command sent from now on arrives while it sleeps, not in the same
+# event-loop turn as the sleep. False if it never did.
+sub wait_asleep {
+    my ($self, $timeout) = @_;
+    my $deadline = time + ($timeout // 2);
+    while (time < $deadline) {
+        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port}, Timeout => 1) or return 0;
+        syswrite $s, "PING\r\n";
+        my $answered = IO::Select->new($s)->can_read(0.05);
+        close $s;
+        return 1 unless $answered;
+        sleep 0.01;
+    }
+    return 0;
 }
 
 # The keys of the database (few, in tests).

@@ -1,7 +1,7 @@
 package RLTest::Util;
 # What every other RLTest package needs: where the repository and the module are, files,
 # free loopback ports, temporary directories (kept with RLTEST_KEEP=1), fresh keys, the
-# window clock, and processes: run_cmd runs a command with a deadline, stop_child ends one
+# window clock, settle_value (a value awaited instead of slept for), and processes: run_cmd runs a command with a deadline, stop_child ends one
 # that was started in the background, pid_alive tells a live process from a zombie.
 # Core Perl only; depends on no other RLTest package.
 use strict;
@@ -17,7 +17,7 @@ use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 
 our @EXPORT_OK = qw(repo_root module_so slurp spew conf_line_of free_port temp_dir kept_dirs
-  run_cmd stop_child pid_alive worker_rss fresh_key avoid_window_edge wait_window_offset);
+  run_cmd stop_child pid_alive worker_rss fresh_key settle_value avoid_window_edge wait_window_offset);
 
 our $KEEP = $ENV{RLTEST_KEEP} ? 1 : 0;    # RLTEST_KEEP=1: keep the temporary directories
 
@@ -83,6 +83,24 @@ sub free_port {
 # A new client key each call: k1, k2, ... (or PREFIX1, ...).
 my $FRESH = 0;
 sub fresh_key { my ($prefix) = @_; $FRESH++; return ($prefix // 'k') . $FRESH }
+
+# settle_value($get, $want, %o): what a test would otherwise sleep for, awaited. Calls
+# $get->() until it returns $want (compared as strings), for up to o{timeout} seconds (3), then
+# once more o{after} seconds (0.2) later, so that a value only passing by on its way elsewhere
+# is not taken. Returns the last value read: $want if it came and stayed.
+sub settle_value {
+    my ($get, $want, %o) = @_;
+    my $deadline = time + ($o{timeout} // 3);
+    my $got;
+    while (1) {
+        $got = $get->();
+        last if (defined $got && $got eq $want) || time > $deadline;
+        sleep 0.02;
+    }
+    return $got unless defined $got && $got eq $want;
+    sleep $o{after} // 0.2;
+    return $get->();
+}
 
 # ---------------------------------------------------------------- processes
 
