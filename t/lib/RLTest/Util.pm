@@ -1,8 +1,9 @@
 package RLTest::Util;
 # What every other RLTest package needs: where the repository and the module are, files,
 # free loopback ports, temporary directories (kept with RLTEST_KEEP=1), fresh keys, the
-# window clock, settle_value (a value awaited instead of slept for), and processes: run_cmd runs a command with a deadline, stop_child ends one
-# that was started in the background, pid_alive tells a live process from a zombie.
+# window clock, settle_value (a value awaited instead of slept for), and processes: run_cmd
+# runs a command with a deadline, stop_child ends one that was started in the background,
+# pid_alive tells a live process from a zombie.
 # Core Perl only; depends on no other RLTest package.
 use strict;
 use warnings;
