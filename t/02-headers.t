@@ -35,11 +35,19 @@ EOF2
 
 sub hdr { my ($h, $k) = @_; return $h->{$k} // '(missing)' }
 
-# One zone, default headers.
+# One zone, default headers. The six requests must come within one emission interval (100 ms
+# at 10r/s), else a unit refills meanwhile and r is one more: a run that took longer (a loaded
+# machine) shows nothing and is made again on a new key, five times at most; the last is checked.
 {
-    my @r;
+    my @res;
+    for my $try (1 .. 5) {
+        my $k = fresh_key('on');
+        my $t0 = time;
+        @res = map { [$n->get("/on?k=$k")] } 1 .. 6;
+        last if time - $t0 < 0.09;
+    }
     for my $i (1 .. 5) {
-        my ($st, $h) = $n->get('/on?k=x');
+        my ($st, $h) = @{ $res[ $i - 1 ] };
         is($st, 200, "/on request $i admitted");
         is(hdr($h, 'ratelimit-policy'), '"a";q=10;w=1', "/on request $i RateLimit-Policy");
         is($h->{':count'}{'ratelimit-policy'}, 1, '... one RateLimit-Policy field');
@@ -48,7 +56,7 @@ sub hdr { my ($h, $k) = @_; return $h->{$k} // '(missing)' }
         is(hdr($h, 'ratelimit'), "\"a\";r=$want_r;t=1", "/on request $i RateLimit r=$want_r t=1");
         ok(!defined $h->{'x-ratelimit-limit'}, '... no legacy headers with "on"');
     }
-    my ($st, $h) = $n->get('/on?k=x');
+    my ($st, $h) = @{ $res[5] };
     is($st, 429, '/on 6th rejected');
     is(hdr($h, 'ratelimit-policy'), '"a";q=10;w=1', 'rejected response carries RateLimit-Policy');
     is(hdr($h, 'ratelimit'), '"a";r=0;t=1', 'rejected response carries RateLimit r=0');

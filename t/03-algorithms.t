@@ -75,16 +75,20 @@ for my $a (@bucket) {
     is($st, '200 200 429', "zone algo=$a burst=1: 2 admitted");
 }
 
-# Bucket refill: 2 per second, burst 1 (capacity 2, one unit every 500ms).
+# Bucket refill: 2 per second, burst 1 (capacity 2, one unit every 500ms). Each algorithm is
+# checked 0.6 s after its own first request was answered (it was admitted before that): not
+# after the first algorithm's, which a slow machine puts too early for the later ones.
 {
     my %t0;
     for my $a (@bucket) {
+        my ($first) = run_seq("/fast/$a?k=f", 1);
         $t0{$a} = time;
-        my ($st) = run_seq("/fast/$a?k=f", 3);
-        is($st, '200 200 429', "$a: 2r/s burst=1 admits 2 at once");
+        my ($st) = run_seq("/fast/$a?k=f", 2);
+        is("$first $st", '200 200 429', "$a: 2r/s burst=1 admits 2 at once");
     }
-    sleep $t0{$bucket[0]} + 0.6 - time;
     for my $a (@bucket) {
+        my $wait = $t0{$a} + 0.6 - time;
+        sleep $wait if $wait > 0;
         my ($st) = run_seq("/fast/$a?k=f", 2);
         is($st, '200 429', "$a: one unit refilled after 0.6s");
     }
@@ -126,65 +130,93 @@ for my $a (@bucket) {
     is($st, '200 200 200 429', 'zone algo=fixed wins over ratelimit_algo gcra');
 }
 
-# Window timings on one timeline of 2s windows aligned to the epoch (W = window start).
-{
+# Window timings on one timeline of 2s windows aligned to the epoch (W = window start). Each
+# step is due at W + x and its verdicts hold only if it ends soon after (the tightest: 0.25 s
+# before an entry expires or a window turns): a run with a step that ended more than 0.2 s late
+# (a loaded machine) shows nothing and is made again on new keys, three times at most. The
+# checks of the last run are then made, in order.
+sub window_timeline {
+    my ($sfx) = @_;
+    my (@checks, $late);
+    my $is = sub { push @checks, [@_] };
     wait_window_offset(2, 0.1);
     my $W = 2 * int(time / 2);
-    my $at = sub { my $d = $W + $_[0] - time; sleep $d if $d > 0; };
+    my $due;
+    my $at = sub {
+        $late //= $due if defined $due && time - ($W + $due) > 0.2;    # the step before ended late
+        $due = $_[0];
+        my $d = $W + $due - time;
+        sleep $d if $d > 0;
+    };
+    $at->(0.1);
 
     # The log goes first: its Retry-After below counts from this very request, which the
     # server saw at some time within [$first0, $first1].
     my $first0 = time;
-    my ($st) = run_seq('/lg?k=l', 1);
+    my ($st) = run_seq("/lg?k=l$sfx", 1);
     my $first1 = time;
-    is($st, '200', 'log @W+0.1: 1 admitted');
-    ($st) = run_seq('/fx?k=k1', 4);
-    is($st, '200 200 200 429', 'fixed @W+0.1: 3 admitted');
-    my (undef, $h) = $n->get('/fx?k=k1');
-    like($h->{'retry-after'} // '', qr/^[12]$/, 'fixed @W+0.1: Retry-After to the window end (2)');
-    ($st) = run_seq('/sl?k=s', 5);
-    is($st, '200 200 200 200 429', 'sliding @W+0.1: 4 admitted');
+    $is->($st, '200', 'log @W+0.1: 1 admitted');
+    ($st) = run_seq("/fx?k=k1$sfx", 4);
+    $is->($st, '200 200 200 429', 'fixed @W+0.1: 3 admitted');
+    my (undef, $h) = $n->get("/fx?k=k1$sfx");
+    $is->(like => $h->{'retry-after'} // '', qr/^[12]$/, 'fixed @W+0.1: Retry-After to the window end (2)');
+    ($st) = run_seq("/sl?k=s$sfx", 5);
+    $is->($st, '200 200 200 200 429', 'sliding @W+0.1: 4 admitted');
 
     $at->(0.6);
-    ($st) = run_seq('/lg?k=l', 1);
-    is($st, '200', 'log @W+0.6: 1 admitted');
+    ($st) = run_seq("/lg?k=l$sfx", 1);
+    $is->($st, '200', 'log @W+0.6: 1 admitted');
 
     $at->(1.1);
-    ($st) = run_seq('/lg?k=l', 2);
-    is($st, '200 429', 'log @W+1.1: third admitted, fourth rejected');
+    ($st) = run_seq("/lg?k=l$sfx", 2);
+    $is->($st, '200 429', 'log @W+1.1: third admitted, fourth rejected');
     my $check0 = time;
-    (undef, $h) = $n->get('/lg?k=l');
+    (undef, $h) = $n->get("/lg?k=l$sfx");
     my $check1 = time;
     # The oldest entry leaves 2s after it came: Retry-After is that wait rounded up, ~1s.
     my ($lo, $hi) = (POSIX::ceil($first0 + 2 - $check1), POSIX::ceil($first1 + 2 - $check0));
     my $ra = $h->{'retry-after'} // -1;
-    ok($ra >= $lo && $ra <= $hi && $ra >= 1, "log \@W+1.1: Retry-After $ra in [$lo, $hi] (oldest leaves at W+2.1)");
+    $is->(ok => $ra >= $lo && $ra <= $hi && $ra >= 1, "log \@W+1.1: Retry-After $ra in [$lo, $hi] (oldest leaves at W+2.1)");
 
     $at->(1.7);
-    ($st) = run_seq('/fx?k=k1', 1);
-    is($st, '429', 'fixed @W+1.7: k1 still rejected in the same window');
-    ($st) = run_seq('/fx?k=k2', 4);
-    is($st, '200 200 200 429', 'fixed @W+1.7: k2 gets 3');
+    ($st) = run_seq("/fx?k=k1$sfx", 1);
+    $is->($st, '429', 'fixed @W+1.7: k1 still rejected in the same window');
+    ($st) = run_seq("/fx?k=k2$sfx", 4);
+    $is->($st, '200 200 200 429', 'fixed @W+1.7: k2 gets 3');
 
     $at->(2.3);
-    ($st) = run_seq('/fx?k=k1', 4);
-    is($st, '200 200 200 429', 'fixed @W+2.3: new aligned window, k1 gets 3 again');
-    ($st) = run_seq('/fx?k=k2', 4);
-    is($st, '200 200 200 429', 'fixed @W+2.3: k2 gets 3 again 0.6s after its first 3 (windows aligned to the epoch)');
-    ($st) = run_seq('/lg?k=l', 2);
-    is($st, '200 429', 'log @W+2.3: only the entry of W+0.1 expired: 1 admitted');
+    ($st) = run_seq("/fx?k=k1$sfx", 4);
+    $is->($st, '200 200 200 429', 'fixed @W+2.3: new aligned window, k1 gets 3 again');
+    ($st) = run_seq("/fx?k=k2$sfx", 4);
+    $is->($st, '200 200 200 429', 'fixed @W+2.3: k2 gets 3 again 0.6s after its first 3 (windows aligned to the epoch)');
+    ($st) = run_seq("/lg?k=l$sfx", 2);
+    $is->($st, '200 429', 'log @W+2.3: only the entry of W+0.1 expired: 1 admitted');
 
     $at->(2.75);
-    ($st) = run_seq('/sl?k=s', 2);
-    is($st, '200 429', 'sliding @W+2.75: previous window weighs ~0.6: 1 of 4 admitted');
+    ($st) = run_seq("/sl?k=s$sfx", 2);
+    $is->($st, '200 429', 'sliding @W+2.75: previous window weighs ~0.6: 1 of 4 admitted');
 
     $at->(2.85);
-    ($st) = run_seq('/lg?k=l', 2);
-    is($st, '200 429', 'log @W+2.85: the entry of W+0.6 expired: 1 admitted');
+    ($st) = run_seq("/lg?k=l$sfx", 2);
+    $is->($st, '200 429', 'log @W+2.85: the entry of W+0.6 expired: 1 admitted');
 
     $at->(4.75);
-    ($st) = run_seq('/sl?k=s', 4);
-    is($st, '200 200 200 429', 'sliding @W+4.75: previous window had 1: 3 admitted');
+    ($st) = run_seq("/sl?k=s$sfx", 4);
+    $is->($st, '200 200 200 429', 'sliding @W+4.75: previous window had 1: 3 admitted');    # robust to lateness
+    return (\@checks, $late);
+}
+{
+    my ($checks, $late);
+    for my $try (1 .. 3) {
+        ($checks, $late) = window_timeline("t$try");
+        last unless defined $late;
+        note("window timings, run $try: the step of W+$late ended late; made again");
+    }
+    for my $c (@$checks) {
+        if ($c->[0] eq 'like') { like($c->[1], $c->[2], $c->[3]) }
+        elsif ($c->[0] eq 'ok') { ok($c->[1], $c->[2]) }
+        else { is($c->[0], $c->[1], $c->[2]) }
+    }
 }
 
 unlike($n->error_log, qr/\[(emerg|alert|crit)\]/, 'no emerg/alert/crit in the error log');

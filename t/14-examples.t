@@ -37,7 +37,7 @@ for my $ex (@examples) {
         # A snippet: wrap it into a main configuration as the http block's body.
         RLTest::spew("$dir/conf/$name", "load_module $so;\nevents {}\nhttp {\n$text\n}\n");
     }
-    my ($rc, $out) = RLTest::_run_capture(nginx_bin(), '-t', '-p', "$dir/", '-c', "$dir/conf/$name",
+    my ($rc, $out) = run_cmd(30, nginx_bin(), '-t', '-p', "$dir/", '-c', "$dir/conf/$name",
         '-e', "$dir/logs/error.log");
     is($rc, 0, "examples/$name: nginx -t passes") or diag($out);
     like($out, qr/test is successful/, "examples/$name: test is successful");

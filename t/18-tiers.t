@@ -149,11 +149,19 @@ for my $b (@backends) {
 
 # delay= with a tier: the wait comes from the request's own rate.
 {
-    my $k = fresh_key('d');
-    my ($s, $h) = $n->get("/line/delay?k=$k", { 'X-Plan' => 'pro' });
-    is($s, 200, 'delay=0 under pro: the first request at once');
-    ($s, $h) = $n->get("/line/delay?k=$k", { 'X-Plan' => 'pro' });
-    # 0.72 s less what the bucket drained between the two requests (a slow machine: a few ms).
+    # 0.72 s less what the bucket drained between the two requests: a few ms. A run whose
+    # second request left more than 20 ms after the first (a loaded machine) shows nothing
+    # about the rate and is made again on a new key, five times at most; the last is checked.
+    my ($k, $s, $h, $s1);
+    for my $try (1 .. 5) {
+        $k = fresh_key('d');
+        my $t0 = time;
+        ($s1) = $n->get("/line/delay?k=$k", { 'X-Plan' => 'pro' });
+        my $gap = time - $t0;
+        ($s, $h) = $n->get("/line/delay?k=$k", { 'X-Plan' => 'pro' });
+        last if $gap < 0.02;
+    }
+    is($s1, 200, 'delay=0 under pro: the first request at once');
     is("$s $h->{'x-status'}", '200 DELAYED', '... the next is delayed');
     my $wait = $h->{'x-delay'} // -1;
     ok($wait <= 720 && $wait >= 690, '... by 0.72 s, the pro rate') or diag("delay $wait ms");

@@ -202,12 +202,12 @@ ok(defined $n->wait_decided('/warm?k=ready'), 'both workers decide in the cluste
     is("@s", '200', 'late admission: 2 of 5 used (one when learning the key)');
     my $pid = fork // die;
     if (!$pid) { $c->cli($P, 'DEBUG', 'SLEEP', '0.6'); POSIX::_exit(0) }
-    sleep 0.1;
+    $P->wait_asleep;    # the requests below must arrive while it sleeps, however late the fork ran
     @s = map { my ($st, $h) = $n->get("/lt?k=$k"); ($st // 'ERR') . ' ' . ($h->{'x-status'} // '') } 1 .. 3;
     is("@s", '503 ERROR 503 ERROR 503 ERROR', 'late admission: three denied while the primary sleeps');
     waitpid $pid, 0;
-    sleep 0.2;
-    is($n->remaining("/lt_peek?k=$k"), 3, 'late admission: the primary admitted them late, and gave the units back');
+    # the late replies come in and the units go back: awaited, then they must stay
+    is($n->settle_remaining("/lt_peek?k=$k", 3), 3, 'late admission: the primary admitted them late, and gave the units back');
 }
 
 # 5. Reload: new workers find the cluster again; the state lives on in Redis.

@@ -50,7 +50,7 @@ flock($lock, LOCK_EX) or die "flock: $!";
 # (exit code, stdout and stderr) of @cmd, killed after $secs seconds.
 sub run {
     my ($secs, @cmd) = @_;
-    return RLTest::_run_capture('timeout', '-k', '5', $secs, @cmd);
+    return run_cmd($secs, @cmd);
 }
 
 sub tail { my @l = split /\n/, $_[0]; return join "\n", @l[($#l > 40 ? $#l - 40 : 0) .. $#l] }
@@ -79,7 +79,7 @@ sub manifest {
 }
 
 my $before = manifest();
-system('tar', '-C', '/etc', '-cpf', "$TMP/etc-nginx.tar", 'nginx') == 0 or die "cannot back up $ETC";
+(run(120, 'tar', '-C', '/etc', '-cpf', "$TMP/etc-nginx.tar", 'nginx'))[0] == 0 or die "cannot back up $ETC";
 
 my $nginx_pid;    # the master of the nginx this test started
 my $finished;
@@ -91,8 +91,8 @@ sub stop_nginx {
       map { s{^/proc/}{}r } glob('/proc/[0-9]*');
     kill 'QUIT', $m;
     my $deadline = time + 10;
-    sleep 0.05 while RLTest::_alive($m) && time < $deadline;
-    kill 'KILL', $m, @children if RLTest::_alive($m);
+    sleep 0.05 while pid_alive($m) && time < $deadline;
+    kill 'KILL', $m, @children if pid_alive($m);
 }
 
 # Leaves the machine as it was: no nginx of ours, no package, /etc/nginx as backed up.
@@ -104,7 +104,7 @@ sub restore {
     for my $p (sort { length $b <=> length $a } grep { !exists $before->{$_} } keys %$now) {
         -d $p && !-l $p ? remove_tree($p) : unlink $p;
     }
-    system('tar', '-C', '/etc', '-xpf', "$TMP/etc-nginx.tar");
+    run(120, 'tar', '-C', '/etc', '-xpf', "$TMP/etc-nginx.tar");
 }
 
 END {

@@ -9,7 +9,6 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
 use Test::More;
-use IO::Select;
 use IO::Socket::INET;
 use JSON::PP qw(decode_json);
 use POSIX ();
@@ -39,6 +38,25 @@ sub scrape {
 sub skey {
     my ($name, %l) = @_;
     return $name . '{' . join(',', map { "$_=$l{$_}" } sort keys %l) . '}';
+}
+
+# For waiting only (scrape checks): until the sum of the samples of $name whose labels hold
+# every string of @$labels, as exposed (e.g. 'reason="reset"'), satisfies $cond; 3 s at most.
+sub wait_metric {
+    my ($n, $name, $labels, $cond) = @_;
+    my $deadline = time + 3;
+    while (1) {
+        my (undef, undef, $body) = $n->get('/metrics');
+        my $sum = 0;
+        for (split /\n/, $body // '') {
+            next unless /^\Q$name\E\{(.*)\} (\S+)$/;
+            my ($ls, $val) = ($1, $2);
+            $sum += $val unless grep { index($ls, $_) < 0 } @$labels;
+        }
+        return 1 if $cond->($sum);
+        return 0 if time > $deadline;
+        sleep 0.05;
+    }
 }
 
 # The value of one sample, or 'absent'.
@@ -249,28 +267,15 @@ for my $f (['calls', 'counter'], ['checks', 'counter'], ['errors', 'counter'], [
     is($fam->{"nginx_ratelimit_redis_$f->[0]"}{type}, $f->[1], "redis $f->[0]: TYPE $f->[1]");
 }
 
-# Waits (up to 2 s) until Redis stops answering a PING within 50 ms.
-sub redis_asleep {
-    my $deadline = time + 2;
-    while (time < $deadline) {
-        my $s = IO::Socket::INET->new(PeerAddr => $redis->addr, Timeout => 1) or return 0;
-        print $s "PING\r\n";
-        my $answered = IO::Select->new($s)->can_read(0.05);
-        close $s;
-        return 1 unless $answered;
-        sleep 0.01;
-    }
-    return 0;
-}
-
 sub redis_sleeps {
     my ($seconds, $during) = @_;
     my $pid = fork // die "fork: $!";
     if (!$pid) { $redis->cli('DEBUG', 'SLEEP', $seconds); POSIX::_exit(0) }
-    ok(redis_asleep(), 'Redis sleeps');
+    ok($redis->wait_asleep, 'Redis sleeps');
     $during->();
     waitpid $pid, 0;
-    sleep 0.3;  # the late replies come in
+    # the late replies come in: nothing in flight any more
+    wait_metric($n, 'nginx_ratelimit_redis_in_flight', [], sub { $_[0] == 0 });
 }
 
 # Timeouts: each request sent while Redis sleeps waits its 100 ms, then on_error deny.
@@ -301,7 +306,9 @@ is_deeply(\@got, \@want, 'redis zones: requests_total by result is exactly what 
 
 # Redis killed: its connections are reset.
 $redis->kill_now('KILL');
-sleep 0.3;
+my $odd_label = 'redis="' . ($odd =~ s/([\\"])/\\$1/gr) . '"';    # as exposed: r\"1\\x
+wait_metric($n, 'nginx_ratelimit_redis_errors_total', [$odd_label, 'reason="reset"'], sub { $_[0] >= 1 });
+wait_metric($n, 'nginx_ratelimit_redis_in_flight', [$odd_label], sub { $_[0] == 0 });
 ($v) = scrape($n, 'redis killed');
 ok(rv('errors_total', $odd, reason => 'reset') >= 1, 'Redis killed: reset');
 is(rv('in_flight', $odd), 0, 'Redis killed: nothing in flight');

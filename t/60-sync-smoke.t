@@ -75,6 +75,16 @@ sub wait_global {
 
 my $n = start_nginx(http('optimistic'));
 
+# Waits (3 s at most) until this host's view of key $k of zone o has $want units left.
+sub view_left {
+    my ($k, $want) = @_;
+    return settle_value(sub {
+        my (undef, $h) = $n->get("/o0?k=$k");
+        my ($item) = parse_sf_list($h->{ratelimit});
+        return $item ? $item->{r} : '-';
+    }, $want, after => 0);
+}
+
 # Optimistic: every request decided at once in shared memory; the deltas reach Redis.
 for my $loc (qw(o w)) {
     my $k = fresh_key($loc);
@@ -88,7 +98,8 @@ for my $loc (qw(o w)) {
     my $k = fresh_key('o');
     is(join(',', map { ($other->get("/oc?k=$k"))[0] } 1 .. 3), '200,200,200', 'the other host spends 3');
     is(($n->get("/o?k=$k"))[0], 200, 'optimistic: this host admits on its own view at once');
-    sleep 0.35;  # the key's sync brings the other host's 3 into the view
+    # the key's sync brings the other host's 3 into the view: 1 left there (awaited, 3 s at most)
+    view_left($k, 1);
     my @codes = map { ($n->get("/o?k=$k"))[0] } 1 .. 3;
     is(join(',', @codes), '200,429,429', 'optimistic: after a sync, 5 in all across both hosts');
 }
@@ -139,7 +150,8 @@ for my $c (['lw', 5, 5], ['l', 4, 5]) {
     is(($n->get("/o?k=$k"))[0], 200, 'one admitted before Redis goes');
     ok(wait_global('o', $k, 4), 'and synced');
     $redis->kill_now('KILL');
-    sleep 0.35;  # a round fails meanwhile
+    # a round fails meanwhile: the view says so (awaited, 3 s at most)
+    settle_value(sub { ($n->get("/o0?k=$k"))[1]{'x-status'} // '' }, 'ERROR', after => 0);
     my @res = map { [$n->get("/o?k=$k")] } 1 .. 5;
     is(join(',', map { $_->[0] } @res), '200,200,200,200,429', 'Redis down: the whole limit enforced locally');
     is($res[0][1]{'x-status'}, 'ERROR', 'Redis down: $ratelimit_status ERROR while the last sync failed');

@@ -31,6 +31,7 @@ use IO::Socket::INET;
 use Socket qw(AF_UNIX SOCK_STREAM PF_UNSPEC SOL_SOCKET SO_LINGER);
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
+use RLTest::Util qw(stop_child);
 
 my @ALL;
 my $CREATOR = $$;
@@ -92,8 +93,7 @@ sub stop {
     my ($self) = @_;
     return unless $self->{pid} && $self->{creator} == $$;
     close $self->{ctl};
-    kill 'TERM', $self->{pid};
-    waitpid $self->{pid}, 0;
+    stop_child($self->{pid}, 'TERM', 3);
     delete $self->{pid};
 }
 

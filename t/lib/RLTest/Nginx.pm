@@ -1,0 +1,389 @@
+package RLTest::Nginx;
+# An nginx instance of a test: its own temporary prefix and free loopback ports, the module
+# loaded, started (start_nginx) or only checked (nginx_t); reloaded, stopped (also at the
+# end of the test file, whatever happens), its conf and error log read; requests to it; and
+# the teardown check: every error.log made here is checked for [alert], [crit], "exited on
+# signal" and sanitizer reports (see RLTest.pm, which runs it).
+# $NGINX_BIN is the nginx binary (/usr/sbin/nginx), RLTest::Util::module_so the module.
+use strict;
+use warnings;
+use Exporter 'import';
+use File::Basename qw(dirname);
+use File::Path qw(make_path);
+use Time::HiRes qw(time sleep);
+use IO::Socket::INET;
+use RLTest::Util qw(module_so slurp spew free_port temp_dir run_cmd pid_alive settle_value);
+use RLTest::Http qw(http_request parse_sf_list);
+use RLTest::KeepAlive;
+
+our @EXPORT_OK = qw(nginx_bin start_nginx nginx_t);
+
+our $BIN = $ENV{NGINX_BIN} || '/usr/sbin/nginx';
+our $CMD_TIMEOUT = 30;    # seconds for nginx -t, and for nginx to daemonize at a start
+
+my @INSTANCES;        # every nginx started by this process, stopped at the end
+my @LOGS;             # [error.log, allowed re or undef] of every prefix made here, checked at the end
+my $T_START = time;   # sanitizer reports older than this are not this file's
+
+sub nginx_bin { $BIN }
+
+# Builds a complete nginx.conf. $http is the body of the http block; it may contain
+# %%PORT%%, %%PORT1%%..%%PORT3%% and %%DIR%% which are substituted.
+sub _full_conf {
+    my ($dir, $http, %o) = @_;
+    my $so      = exists $o{so} ? $o{so} : module_so();
+    my $workers = $o{workers} // 2;
+    my $level   = $o{log_level} // 'info';
+    my $main    = $o{main} // '';
+    my $load    = defined $so && length $so ? "load_module $so;\n" : '';
+    my $user    = $> == 0 ? "user nobody nogroup;\n" : '';
+    my $conf = <<"EOF";
+$load${user}worker_processes $workers;
+daemon on;
+master_process on;
+pid $dir/nginx.pid;
+error_log $dir/error.log $level;
+$main
+events {
+    worker_connections 1024;
+}
+
+http {
+    access_log off;
+    client_body_temp_path $dir/client_body_temp;
+    proxy_temp_path $dir/proxy_temp;
+    fastcgi_temp_path $dir/fastcgi_temp;
+    uwsgi_temp_path $dir/uwsgi_temp;
+    scgi_temp_path $dir/scgi_temp;
+    default_type application/octet-stream;
+
+$http
+}
+EOF
+    return $conf;
+}
+
+sub _subst {
+    my ($text, $dir, $ports) = @_;
+    $text =~ s/%%DIR%%/$dir/g;
+    $text =~ s/%%PORT%%/$ports->[0]/g;
+    for my $i (1 .. $#$ports) {
+        $text =~ s/%%PORT$i%%/$ports->[$i]/g;
+    }
+    return $text;
+}
+
+# nginx_t($http_body, %opts) or nginx_t(undef, full => $complete_conf_text)
+# Returns (exit code, output, conf path, dir).
+sub nginx_t {
+    my ($http, %o) = @_;
+    my $dir = temp_dir('rltest');
+    push @LOGS, ["$dir/error.log", $o{allow_alerts} ? qr/./ : $o{allow_log}];
+    chmod 0755, $dir;
+    my $ports = [map { free_port() } 0 .. 3];
+    my $conf  = defined $o{full} ? $o{full} : _full_conf($dir, $http, %o);
+    $conf = _subst($conf, $dir, $ports);
+    my $file = "$dir/nginx.conf";
+    spew($file, $conf);
+    my ($rc, $out) = run_cmd($CMD_TIMEOUT, $BIN, '-t', '-p', "$dir/", '-c', $file, '-e', "$dir/error.log");
+    return ($rc, $out, $file, $dir);
+}
+
+# start_nginx($http_body, %opts): opts workers (2), log_level (info), main (extra main
+# context text), so (module path; '' for none), full (the complete conf instead),
+# files => { relpath => content }, allow_alerts / allow_log (see the teardown check).
+sub start_nginx {
+    my ($http, %o) = @_;
+    my $self = bless { creator => $$, workers => $o{workers} // 2 }, __PACKAGE__;
+    my $dir = temp_dir('rltest');
+    push @LOGS, ["$dir/error.log", $o{allow_alerts} ? qr/./ : $o{allow_log}];
+    chmod 0755, $dir;
+    $self->{dir}   = $dir;
+    $self->{ports} = [map { free_port() } 0 .. 3];
+    $self->{opts}  = \%o;
+    if (my $files = $o{files}) {
+        for my $rel (sort keys %$files) {
+            my $path = "$dir/$rel";
+            my $d = dirname($path);
+            make_path($d);
+            -d $d or die "mkdir $d";
+            chmod 0755, $d;
+            spew($path, $files->{$rel});
+            chmod 0644, $path;
+        }
+    }
+    $self->_write_conf($http);
+    my ($rc, $out) = run_cmd($CMD_TIMEOUT, $BIN, '-p', "$dir/", '-c', "$dir/nginx.conf", '-e', "$dir/error.log");
+    if ($rc != 0) {
+        die "nginx failed to start (rc $rc): $out\n--- error.log:\n" . slurp("$dir/error.log");
+    }
+    push @INSTANCES, $self;
+    $self->_wait_started;
+    return $self;
+}
+
+sub _write_conf {
+    my ($self, $http) = @_;
+    my $dir = $self->{dir};
+    $self->{http} = $http;
+    my $text = defined $self->{opts}{full} ? $self->{opts}{full} : _full_conf($dir, $http, %{ $self->{opts} });
+    my $conf = _subst($text, $dir, $self->{ports});
+    spew("$dir/nginx.conf", $conf);
+    $self->{conf} = $conf;
+}
+
+sub dir      { $_[0]{dir} }
+sub port     { $_[0]{ports}[0] }
+sub ports    { @{ $_[0]{ports} } }
+sub conf     { $_[0]{conf} }
+sub conf_file { "$_[0]{dir}/nginx.conf" }
+sub error_log { slurp("$_[0]{dir}/error.log") }
+sub error_log_file { "$_[0]{dir}/error.log" }
+
+sub master_pid {
+    my ($self) = @_;
+    my $p = slurp("$self->{dir}/nginx.pid");
+    $p =~ s/\s+//g;
+    return $p =~ /^\d+$/ ? $p : undef;
+}
+
+# Pids of the master's children that are worker processes.
+sub worker_pids {
+    my ($self) = @_;
+    my $m = $self->master_pid or return ();
+    my @w;
+    opendir my $d, '/proc' or return ();
+    for my $p (grep { /^\d+$/ } readdir $d) {
+        my $stat = slurp("/proc/$p/stat");
+        next unless $stat =~ /^\d+ \(.*\) (\S) (\d+)/s;
+        next if $1 eq 'Z';
+        next unless $2 == $m;
+        my $cmd = slurp("/proc/$p/cmdline");
+        next unless $cmd =~ /worker process/;
+        next if $cmd =~ /shutting down/;
+        push @w, $p;
+    }
+    closedir $d;
+    @w = sort { $a <=> $b } @w;
+    return @w;
+}
+
+sub _can_connect {
+    my ($port) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp', Timeout => 1);
+    return 0 unless $s;
+    close $s;
+    return 1;
+}
+
+sub _wait_started {
+    my ($self) = @_;
+    my $deadline = time + 10;
+    while (time < $deadline) {
+        if ($self->master_pid && (my @w = $self->worker_pids) >= $self->{workers} && _can_connect($self->port)) {
+            return 1;
+        }
+        sleep 0.05;
+    }
+    die "nginx did not start within 10s\n" . $self->error_log;
+}
+
+# Reloads (optionally with a new http body) and waits until a full new set of workers runs
+# and the old ones are gone. Returns the seconds from the signal until the new workers ran.
+sub reload {
+    my ($self, $http) = @_;
+    $self->_write_conf($http) if defined $http;
+    my %old = map { $_ => 1 } $self->worker_pids;
+    my $m = $self->master_pid or die "no master pid";
+    my $log_before = length $self->error_log;
+    my $t0 = time;
+    my $up;
+    kill 'HUP', $m or die "kill HUP: $!";
+    my $deadline = time + 10;
+    while (time < $deadline) {
+        my @w = $self->worker_pids;
+        my $new = grep { !$old{$_} } @w;
+        $up //= time - $t0 if $new >= $self->{workers};
+        # old workers still alive (even shutting down) are checked separately
+        my $old_alive = grep { pid_alive($_) } keys %old;
+        return $up || 0.001 if $new >= $self->{workers} && !$old_alive;
+        my $log = substr($self->error_log, $log_before);
+        die "reload failed:\n$log" if $log =~ /\[emerg\]/;
+        sleep 0.05;
+    }
+    die "reload did not complete within 10s\n" . substr($self->error_log, $log_before);
+}
+
+sub stop {
+    my ($self) = @_;
+    return if $self->{stopped} || $self->{creator} != $$;
+    $self->{stopped} = 1;
+    my $m = $self->master_pid or return;
+    my @w = $self->worker_pids;
+    kill 'QUIT', $m;
+    my $deadline = time + 5;
+    while (time < $deadline) {
+        last unless pid_alive($m);
+        sleep 0.02;
+    }
+    if (pid_alive($m)) {
+        kill 'KILL', $m;
+        kill 'KILL', @w if @w;
+    }
+    for (1 .. 20) {
+        last unless grep { pid_alive($_) } @w;
+        sleep 0.05;
+    }
+}
+
+sub DESTROY { $_[0]->stop }
+
+# Every nginx this process started.
+sub stop_all { $_->stop for @INSTANCES }
+
+# Waits until the error log contains $re (returns the matching text) or $timeout passes.
+sub wait_log {
+    my ($self, $re, $timeout) = @_;
+    my $deadline = time + ($timeout // 3);
+    while (1) {
+        my $log = $self->error_log;
+        return $1 // $& if $log =~ $re;
+        return undef if time > $deadline;
+        sleep 0.05;
+    }
+}
+
+# ---------------------------------------------------------------- requests
+
+sub get {
+    my ($self, $path, $hdrs) = @_;
+    return http_request($self->port, $path, $hdrs, 'GET');
+}
+
+sub get_port {
+    my ($self, $port, $path, $hdrs) = @_;
+    return http_request($port, $path, $hdrs, 'GET');
+}
+
+# A keep-alive connection: $c = $nginx->keepalive; $c->get($path, \%h) -> (status, \%h, body)
+sub keepalive {
+    my ($self, $port) = @_;
+    return RLTest::KeepAlive->new($port // $self->port);
+}
+
+# ------------------------------------------------- helpers shared by the Redis tests
+
+# $n->timed($path [, \%headers]) -> (status or 'ERR', X-Status header or '', milliseconds)
+sub timed {
+    my ($self, $path, $hdrs) = @_;
+    my $t0 = time;
+    my ($s, $h) = $self->get($path, $hdrs);
+    return ($s // 'ERR', $h->{'x-status'} // '', int((time - $t0) * 1000));
+}
+
+# $n->resumes_within($path_or_coderef [, $limit]): seconds until a request is decided by Redis
+# again (X-Status PASSED or REJECTED), polling; 99 if not within $limit (5) seconds. A coderef
+# gives a new path for each try.
+sub resumes_within {
+    my ($self, $path, $limit) = @_;
+    my $t0 = time;
+    while (time - $t0 < ($limit // 5)) {
+        my (undef, $x) = $self->timed(ref $path ? $path->() : $path);
+        return time - $t0 if $x eq 'PASSED' || $x eq 'REJECTED';
+        sleep 0.02;
+    }
+    return 99;
+}
+
+# $n->wait_decided($path [, $timeout]): until every worker (X-Who: $pid) has had a request
+# decided in Redis (X-Status PASSED). Seconds it took, or undef after $timeout (5) seconds.
+# A coderef gives a new path for each try.
+sub wait_decided {
+    my ($self, $path, $timeout) = @_;
+    my %seen;
+    my $t0 = time;
+    while (time - $t0 < ($timeout // 5)) {
+        my ($s, $h) = $self->get(ref $path ? $path->() : $path);
+        $seen{ $h->{'x-who'} // '' } = 1 if ($h->{'x-status'} // '') eq 'PASSED';
+        return time - $t0 if keys %seen >= $self->{workers};
+        sleep 0.02;
+    }
+    return undef;
+}
+
+# $n->remaining($path): units left as a quantity=0 location reports them ('-' if not decided
+# in Redis).
+sub remaining {
+    my ($self, $path) = @_;
+    my ($s, $h) = $self->get($path);
+    my ($item) = parse_sf_list($h->{ratelimit});
+    return ($h->{'x-status'} // '') eq 'PASSED' && $item ? $item->{r} : '-';
+}
+
+# $n->wait_consumed($path, $max): polls a quantity=0 location until the key has at most $max
+# units left; false after 5 seconds.
+sub wait_consumed {
+    my ($self, $path, $max) = @_;
+    my $deadline = time + 5;
+    while (time < $deadline) {
+        my $rem = $self->remaining($path);
+        return 1 if $rem =~ /^\d+$/ && $rem <= $max;
+        sleep 0.02;
+    }
+    return 0;
+}
+
+# $n->settle_remaining($path, $want [, $timeout]): polls a quantity=0 location until the key
+# has exactly $want units left (for up to $timeout seconds, 3), then reads it once more 0.2 s
+# later (settle_value). Returns the last value read ('-' if not decided in Redis).
+sub settle_remaining {
+    my ($self, $path, $want, $timeout) = @_;
+    return settle_value(sub { $self->remaining($path) }, $want, timeout => $timeout // 3);
+}
+
+# ------------------------------------------------------------ teardown check
+
+# What no error.log may contain, as Test::Nginx checks on teardown: an alert or crit line, a
+# worker killed by a signal, a sanitizer report.
+our $BAD_LOG = qr/\[alert\]|\[crit\]|exited on signal|AddressSanitizer|LeakSanitizer|runtime error:/;
+
+# Tests that provoke an alert on purpose: $n->allow_log(qr/.../) ignores matching alert or crit
+# lines of this instance (never a signal or a sanitizer report).
+sub allow_log {
+    my ($self, $re) = @_;
+    $_->[1] = $re for grep { $_->[0] eq "$self->{dir}/error.log" } @LOGS;
+    return $self;
+}
+
+# The sanitizer report files (ASAN_OPTIONS / UBSAN_OPTIONS log_path, as ./build.sh test-asan
+# sets) written since this test file started.
+sub _sanitizer_reports {
+    my @r;
+    for my $v (grep { defined } @ENV{qw(ASAN_OPTIONS UBSAN_OPTIONS)}) {
+        next unless $v =~ /(?:^|:)log_path=([^:]+)/;
+        for my $f (glob("$1*")) {
+            my $m = (stat $f)[9] // 0;
+            push @r, $f if $m >= int($T_START) && -s $f;
+        }
+    }
+    my %u;
+    return grep { !$u{$_}++ } @r;
+}
+
+# The offending lines of every error.log made by this file (with the file name), and every
+# sanitizer report since it started.
+sub bad_log_lines {
+    my @bad;
+    for my $l (@LOGS) {
+        my ($file, $allow) = @$l;
+        for my $line (split /\n/, slurp($file)) {
+            next unless $line =~ $BAD_LOG;
+            next if defined $allow && $line =~ $allow && $line !~ /exited on signal|Sanitizer|runtime error:/;
+            push @bad, "$file: $line";
+        }
+    }
+    push @bad, map { "$_: " . substr(slurp($_), 0, 4000) } _sanitizer_reports();
+    return @bad;
+}
+
+1;
