@@ -1,6 +1,7 @@
 // Differential test of the Lua's "sync" mode against the C++ core (sync_key: give_back,
-// apply_delta, grant): random timelines of sync calls (deltas of several hosts, lease asks,
-// give-backs, clocks that go back) replayed through both, on a private redis-server, must
+// apply_delta of the clamped delta, grant): random timelines of sync calls (deltas of several
+// hosts, lease asks, give-backs, clocks that go back, deltas ahead of Redis's clock or of
+// windows long over) replayed through both, on a private redis-server, must
 // give identical replies and stored states, with the TTL of decide's rule. Through FCALL and
 // EVALSHA alike. Also the "hosts" heartbeat. Seeds are fixed.
 #include <gtest/gtest.h>
@@ -164,6 +165,10 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
                 it.hash = k.hash;
                 it.policy = &k.p;
                 int64_t t = now - pick(2 * p.period_us + 1);
+                // A host's clock ahead of Redis's, or a delta sent again long after: clamped by
+                // Redis (clamp_delta), the same on both sides.
+                if (pick(8) == 0) t = now + pick(3 * p.period_us + 1);
+                if (pick(12) == 0) t = now - 3 * p.period_us - pick(4 * p.period_us + 1);
                 for (int64_t n = pick(4); n > 0; n--) {
                     t += pick(p.period_us / 2 + 1);
                     rl::delta_add(it.delta, p, t, pick(8) == 0 ? -1 - pick(cap) : 1 + pick(pick(4) == 0 ? 3 * cap : 3));

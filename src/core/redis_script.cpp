@@ -623,8 +623,8 @@ end
 )lua";
 
 constexpr char kSync[] = R"lua(
--- sync.cpp and sync_command.h: the calls of sync zones. Per item: give_back, apply_delta,
--- grant, then one write.
+-- sync.cpp and sync_command.h: the calls of sync zones. Per item: give_back, apply_delta of
+-- the delta clamped to Redis's clock, grant, then one write.
 function(keys, argv)
   local now = clock(argv)
   if not now then return redis.error_reply('ERR ratelimit script: bad time') end
@@ -762,6 +762,18 @@ function(keys, argv)
     end
     local a0, b0, c0 = a, b, c
     a, b, c = give_back(algo, a, b, c, now, back, back_at, back_top, per, refill, tok, depth)
+    -- clamp_delta: a delta's time within Redis's clock (no host's clock spoils the state).
+    if algo <= 2 then
+      if dat > now then dat = now end
+      if dat < now - per then dat = now - per end
+    elseif units ~= 0 or dprev ~= 0 then
+      local w = now - now % per
+      if dat > w then
+        units, dprev, dat = units + dprev, 0, w
+      elseif dat < w - per then
+        units, dprev = 0, 0
+      end
+    end
     a, b, c = apply_delta(algo, a, b, c, now, units, dprev, dat, per, refill, tok, depth)
     -- grant: at most what remains, and a fair share of it, but `need` whenever it fits.
     local ok, rem, reset, retry, w, x, y, z = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)

@@ -52,7 +52,7 @@ size_t hosts_command(char* buf, CommandScript script, bool injected_time, std::s
 SyncResult sync_key(const State& s, const SyncItem& it, int64_t now, Decision* decision) noexcept {
     const Policy& p = *it.policy;
     State st = give_back(s, p, now, count_of(it.give_back), it.give_back_at, it.give_back_top);
-    st = apply_delta(st, p, now, it.delta);
+    st = apply_delta(st, p, now, clamp_delta(it.delta, p, now));
     const int64_t need = count_of(it.need);
     Grant g = grant(st, p, now, count_of(it.want), need, it.hosts);
     SyncResult out;

@@ -11,7 +11,8 @@
 //              give_back_top
 //     reply  = {now_us, then per item: a, b, c (the global state after the item), granted,
 //              retry_after_us}
-//   Per item, at Redis's now (sync_key, which the Lua mirrors): give_back, apply_delta, grant;
+//   Per item, at Redis's now (sync_key, which the Lua mirrors): give_back, apply_delta of the
+//   delta clamped to Redis's clock (clamp_delta), grant;
 //   the state is written once (SET ... PX, the TTL of the grant's decision, as decide's),
 //   and not at all when nothing changed. `log` is refused (bad item).
 //
