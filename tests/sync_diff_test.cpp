@@ -255,6 +255,63 @@ TEST_P(SyncDiff, HostsHeartbeat) {
     EXPECT_LE(ttl->integer, 2002);
 }
 
+// A call sent again with the id of one that ran (its reply was lost) gets the same reply and
+// changes nothing: the delta, the grant and the give-back are applied once. A new id applies.
+TEST_P(SyncDiff, CallIdAppliedOnce) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 10, kSec, 4);
+    rl::SyncItem it;
+    it.zone = "once";
+    it.hash = rl::KeyHash{5, 6};
+    it.policy = &p;
+    it.delta = rl::Delta{2, 0, kT0 - 10};
+    it.want = 2;
+    it.need = 1;
+    it.hosts = 1;
+    std::string key(rl::redis_key_len(kPrefix, it.zone, p.algo), '?');
+    key.resize(rl::redis_key(key.data(), kPrefix, it.zone, it.hash, p.algo));
+    redisContext* c = conn_.get();
+    auto send = [&](int64_t now, std::string_view id) {
+        rl::CommandScript script = GetParam();
+        size_t len = rl::sync_command_len(script, true, kPrefix, &it, 1, now, id);
+        std::string cmd(len, '?');
+        rl::write_sync_command(cmd.data(), script, true, kPrefix, &it, 1, now, id);
+        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+        Reply r = rltest::next_reply(c);
+        std::vector<int64_t> v;
+        EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+        for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) v.push_back(r->element[i]->integer);
+        return v;
+    };
+    auto state = [&]() {
+        Reply r = rltest::command(c, {"GET", key});
+        return r && r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
+    };
+    std::vector<int64_t> first = send(kT0, "host-a:1:1");
+    ASSERT_EQ(first.size(), rl::sync_reply_len(1));
+    rl::SyncResult want = rl::sync_key(rl::State{}, it, kT0);
+    EXPECT_EQ(first[0], kT0);
+    EXPECT_EQ((rl::State{first[1], first[2], first[3]}), want.global);
+    EXPECT_EQ(first[4], 2);  // granted: want 2, need 1 in it
+    EXPECT_EQ(want.granted, 2);
+    std::string after = state();
+    Reply ttl = rltest::command(c, {"PTTL", key + ":call:host-a:1:1"});
+    ASSERT_TRUE(ttl && ttl->type == REDIS_REPLY_INTEGER);
+    EXPECT_GT(ttl->integer, rl::kSyncCallMemoryMs - 2000);
+    EXPECT_LE(ttl->integer, rl::kSyncCallMemoryMs);
+    // Sent again later (its reply was lost): the same reply, the state untouched.
+    EXPECT_EQ(send(kT0 + 3 * kSec, "host-a:1:1"), first);
+    EXPECT_EQ(state(), after);
+    // Another id: applied.
+    std::vector<int64_t> second = send(kT0 + 1, "host-a:1:2");
+    EXPECT_NE(state(), after);
+    EXPECT_EQ((rl::State{second[1], second[2], second[3]}), rl::sync_key(want.global, it, kT0 + 1).global);
+    // No id: nothing remembered.
+    Reply n0 = rltest::command(c, {"DBSIZE"});
+    send(kT0 + 2, "");
+    Reply n1 = rltest::command(c, {"DBSIZE"});
+    EXPECT_EQ(n0->integer, n1->integer);
+}
+
 // A log item is refused (its state is not counts that hosts can add), and nothing is written.
 TEST_P(SyncDiff, LogRefused) {
     rl::Policy p = rltest::policy(rl::Algo::log, 10, kSec);

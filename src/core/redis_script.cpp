@@ -639,7 +639,21 @@ function(keys, argv)
     return call('ZCARD', keys[1])
   end
   local blob = argv[3]
-  if #argv ~= 3 or #blob ~= 136 * #keys then return redis.error_reply('ERR ratelimit script: bad arguments') end
+  if (#argv ~= 3 and #argv ~= 4) or #blob ~= 136 * #keys then
+    return redis.error_reply('ERR ratelimit script: bad arguments')
+  end
+  -- A call id (ARGV[4]): the reply is remembered for a while under it (in the first key's slot),
+  -- and a call sent again because its reply was lost gets that reply, applied only once.
+  local marker
+  if argv[4] and #argv[4] > 0 and #keys > 0 then
+    marker = keys[1] .. ':call:' .. argv[4]
+    local m = call('GET', marker)
+    if m then
+      local again = {}
+      for i = 1, #m / 8 do again[i] = sunpack('<d', m, 8 * i - 7) end
+      return again
+    end
+  end
 
   local MAXD = 562949953421312  -- kMaxDebt = 2^49
   local function min(x, y)
@@ -800,6 +814,7 @@ function(keys, argv)
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
   end
+  if marker then call('SET', marker, spack('<' .. string.rep('d', #out), unpk(out)), 'PX', '10000') end
   return out
 end)lua";
 
