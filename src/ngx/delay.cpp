@@ -3,7 +3,9 @@
 // others. The timer is on the connection's write event, not cancelable, so a graceful stop
 // lets the request finish. A client that closes the connection meanwhile ends the request
 // (499), and what its limits consumed goes back (limit_req keeps it).
-#include "ratelimit.h"
+#include "ngx/delay.h"
+
+#include "ngx/store.h"
 
 #include "core/delay.h"
 
@@ -69,7 +71,7 @@ ngx_int_t rl_delay_start(rl_ctx_t* ctx) noexcept {
     if (c->read->ready) {
         ngx_post_event(c->read, &ngx_posted_events);
     } else if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-        rl_give_back(ctx);  // the request is not served: what it consumed goes back
+        rl_store_give_back(ctx);  // the request is not served: what it consumed goes back
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
     ctx->phase = RL_PHASE_DELAYED;
@@ -82,5 +84,5 @@ ngx_int_t rl_delay_start(rl_ctx_t* ctx) noexcept {
 
 void rl_delay_abandoned(rl_ctx_t* ctx) noexcept {
     ctx->phase = RL_PHASE_RETURNED;
-    rl_give_back(ctx);
+    rl_store_give_back(ctx);
 }

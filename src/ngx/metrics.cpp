@@ -1,10 +1,11 @@
 // ratelimit_metrics: the counters' shared memory (laid out once, found again by name on each
 // reload) and the location handler that writes them in the Prometheus text format.
-#include "metrics.h"
+#include "ngx/metrics.h"
 
 #include "core/metrics_format.h"
-#include "ratelimit.h"
-#include "sync.h"
+#include "ngx/request.h"
+#include "ngx/redis/conf.h"
+#include "ngx/sync/layout.h"
 
 #include <ctime>
 

@@ -4,7 +4,7 @@
 // name, so they survive reloads. Hooks on the request path are one branch when metrics are off.
 #pragma once
 
-#include "ngx_include.h"
+#include "ngx/ngx_include.h"
 
 // What a request came to in one zone that applied to it (nginx_ratelimit_requests_total).
 enum rl_result_kind_e {

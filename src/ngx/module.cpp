@@ -1,6 +1,13 @@
 // Module definition: directives, configuration create/merge, phase and filter registration.
-#include "ratelimit.h"
-#include "sync.h"
+#include "ngx/access.h"
+#include "ngx/metrics.h"
+#include "ngx/redis/conf.h"
+#include "ngx/response_headers.h"
+#include "ngx/store.h"
+#include "ngx/sync/sync.h"
+#include "ngx/tier.h"
+#include "ngx/variables.h"
+#include "ngx/zone.h"
 
 #include "core/headers.h"
 #include "core/rate.h"
@@ -233,15 +240,7 @@ bool rl_resolve_zones(ngx_conf_t* cf) noexcept {
     auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module));
     auto** zones = static_cast<rl_zone_t**>(mcf->zones.elts);
     for (ngx_uint_t i = 0; i < mcf->zones.nelts; i++) {
-        rl_zone_t* zone = zones[i];
-        if (zone->redis_name.len == 0) continue;
-        zone->redis = rl_redis_find(mcf, zone->redis_name);
-        if (zone->redis == nullptr) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "unknown ratelimit_redis \"%V\" in zone \"%V\" in \"ratelimit_zone\" directive in %s:%ui",
-                          &zone->redis_name, &zone->name, zone->file, zone->line);
-            return false;
-        }
+        if (!rl_zone_resolve(cf, zones[i], mcf)) return false;
     }
     return true;
 }
@@ -279,6 +278,7 @@ bool rl_build_policy_header(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
 bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
     conf->applied = nullptr;
     conf->tiered = false;
+    conf->stores = 0;
     if (conf->limits == nullptr) return true;
     conf->applied = ngx_array_create(cf->pool, conf->limits->nelts, sizeof(rl_applied_t));
     if (conf->applied == nullptr) return false;
@@ -326,6 +326,7 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         a->policy = p;
         if (!rl_tier_check_applied(cf, a)) return false;
         conf->tiered = conf->tiered || a->tiered;
+        conf->stores |= ngx_uint_t{1} << zone->store->index;
         if (p.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, p, &l)) return false;
         if (zone->sync_mode != RL_SYNC_OFF && !rl_sync_add_policy(zone, p)) return false;
     }
@@ -383,7 +384,7 @@ ngx_http_complex_value_t* rl_complex_value(ngx_conf_t* cf, ngx_str_t* value) noe
     return ngx_http_compile_complex_value(&ccv) == NGX_OK ? cv : nullptr;
 }
 
-void rl_conf_error(ngx_conf_t* cf, const char* fmt, ...) noexcept {
+char* rl_conf_error(ngx_conf_t* cf, const char* fmt, ...) noexcept {
     u_char msg[NGX_MAX_CONF_ERRSTR];
     va_list args;
     va_start(args, fmt);
@@ -391,6 +392,18 @@ void rl_conf_error(ngx_conf_t* cf, const char* fmt, ...) noexcept {
     va_end(args);
     auto* name = static_cast<ngx_str_t*>(cf->args->elts);
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%*s in \"%V\" directive", static_cast<size_t>(p - msg), msg, &name[0]);
+    return static_cast<char*>(NGX_CONF_ERROR);
+}
+
+void rl_conf_error_at(ngx_conf_t* cf, const char* directive, const u_char* file, ngx_uint_t line, const char* fmt,
+                      ...) noexcept {
+    u_char msg[NGX_MAX_CONF_ERRSTR];
+    va_list args;
+    va_start(args, fmt);
+    u_char* p = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
+    va_end(args);
+    ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "%*s in \"%s\" directive in %s:%ui", static_cast<size_t>(p - msg), msg,
+                  directive, file, line);
 }
 
 bool rl_no_duplicate_params(ngx_conf_t* cf, ngx_uint_t first) noexcept {

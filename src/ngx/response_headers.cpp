@@ -1,6 +1,8 @@
 // Header filter: RateLimit-Policy / RateLimit, X-RateLimit-*, Retry-After, on every response
 // of a main request that a limit applied to, allowed or rejected.
-#include "ratelimit.h"
+#include "ngx/response_headers.h"
+
+#include "ngx/request.h"
 
 #include "core/headers.h"
 

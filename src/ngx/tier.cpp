@@ -1,7 +1,9 @@
 // Tiers: a zone's rate= and burst= from variables (a plan's map), evaluated per request.
 // A variable rate falls back to the zone's static default_rate=, a variable burst to 0; the
 // policy so made is finished per request, with the bounds finish_policy keeps for static ones.
-#include "ratelimit.h"
+#include "ngx/tier.h"
+
+#include "ngx/request.h"
 
 #include "core/rate.h"
 

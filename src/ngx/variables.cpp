@@ -1,6 +1,9 @@
 // $ratelimit_status, $ratelimit_limit, $ratelimit_remaining, $ratelimit_reset, $ratelimit_zone,
 // $ratelimit_delay.
-#include "ratelimit.h"
+#include "ngx/variables.h"
+
+#include "ngx/request.h"
+#include "ngx/response_headers.h"
 
 #include "core/headers.h"
 

@@ -1,11 +1,14 @@
-// ratelimit_zone: parsing, the shared-memory table (created once, reused across reloads),
-// and all-or-nothing decisions over several zones under their locks.
-#include "ratelimit.h"
+// ratelimit_zone: parsing, the zone's store, and its shared-memory table (created once, reused
+// across reloads), whose block starts with the store's own area when it has one.
+#include "ngx/zone.h"
 
 #include "core/rate.h"
 #include "core/redis_command.h"
-#include "core/refund.h"
-#include "sync.h"
+#include "ngx/redis/conf.h"
+#include "ngx/redis/request.h"
+#include "ngx/store.h"
+#include "ngx/sync/sync.h"
+#include "ngx/tier.h"
 
 #include <sys/random.h>
 
@@ -21,7 +24,7 @@ size_t usable_bytes(size_t zone_size) {
 }
 
 uint32_t zone_slot_size(const rl_zone_t* zone) {
-    if (zone->sync_mode != RL_SYNC_OFF) return rl::slot_size_for(sizeof(rl_sync_key_t));  // never the log
+    if (zone->store->key_bytes > 0) return rl::slot_size_for(zone->store->key_bytes);  // never the log
     rl::Policy p = zone->policy;
     p.algo = rl::Algo::log;
     return rl::slot_size_for(zone->uses_log ? rl::ring_bytes(p) : 0);
@@ -43,21 +46,22 @@ uint64_t table_secret(ngx_log_t* log) {
     return secret;
 }
 
-// A sync zone's block starts with its sync header and lists (sync.h), sized for every slot
+// A block starts with its store's area (a sync zone's header and lists), sized for every slot
 // the whole block could hold; the table takes the rest.
-size_t sync_area(const rl_zone_t* zone, size_t block_bytes, uint32_t slot_size, uint32_t* cap) {
+size_t store_area(const rl_zone_t* zone, size_t block_bytes, uint32_t slot_size, uint32_t* cap) {
     *cap = 0;
-    if (zone->sync_mode == RL_SYNC_OFF) return 0;
+    if (zone->store->area_bytes == nullptr) return 0;
     *cap = rl::table_capacity(block_bytes, slot_size);
-    size_t area = rl_sync_area_bytes(*cap);
+    size_t area = zone->store->area_bytes(*cap);
     return area < block_bytes ? area : block_bytes;
 }
 
-// Whether what a reload found can be kept (at the same place, sync or not): the same layout.
+// Whether what a reload found can be kept (at the same place, with an area or not): the same layout.
 bool zone_compatible(const rl_zone_t* zone, const rl_zone_t* old, uint32_t slot_size, uint32_t cap) {
     if (!rl::table_compatible(old->table, slot_size)) return false;
-    if (zone->sync_mode == RL_SYNC_OFF) return true;
-    return old->sync_shm == zone->block && rl_sync_compatible(old->sync_shm, cap) && old->table->nslots <= cap;
+    if (zone->store->area_bytes == nullptr) return true;
+    return old->sync_shm == zone->block && zone->store->area_compatible(old->sync_shm, cap) &&
+           old->table->nslots <= cap;
 }
 
 ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
@@ -70,8 +74,8 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         zone->block = old->block;
         zone->block_bytes = old->block_bytes;
         uint32_t cap;
-        size_t area = sync_area(zone, zone->block_bytes, slot_size, &cap);
-        if ((old->sync_shm != nullptr) != (zone->sync_mode != RL_SYNC_OFF) ||
+        size_t area = store_area(zone, zone->block_bytes, slot_size, &cap);
+        if ((old->sync_shm != nullptr) != (zone->store->area_bytes != nullptr) ||
             reinterpret_cast<u_char*>(old->table) != static_cast<u_char*>(zone->block) + area) {
             // The table would move within the memory the old workers still use until they exit.
             ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
@@ -110,13 +114,13 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
 
     uint64_t secret = table_secret(shm_zone->shm.log);
     uint32_t cap;
-    size_t area = sync_area(zone, zone->block_bytes, slot_size, &cap);
+    size_t area = store_area(zone, zone->block_bytes, slot_size, &cap);
     ngx_shmtx_lock(&zone->shpool->mutex);
     zone->sync_shm = nullptr;
     zone->table = rl::table_format(static_cast<u_char*>(zone->block) + area, zone->block_bytes - area, slot_size, secret);
     if (zone->table != nullptr && area > 0) {
         zone->sync_shm = static_cast<rl_sync_shm_t*>(zone->block);
-        rl_sync_format(zone->sync_shm, cap, shm_zone->shm.log);
+        zone->store->area_format(zone->sync_shm, cap);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     if (zone->table == nullptr) {
@@ -309,6 +313,10 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     }
 
     if (!check_sync(cf, zone, sync_arg, mode_set)) return static_cast<char*>(NGX_CONF_ERROR);
+    zone->store = zone->sync_mode == RL_SYNC_LEASE        ? &rl_sync_lease_store
+                  : zone->sync_mode == RL_SYNC_OPTIMISTIC ? &rl_sync_optimistic_store
+                  : zone->redis_name.len > 0              ? &rl_redis_store
+                                                          : &rl_shm_store;
 
     ngx_shm_zone_t* shm_zone = ngx_shared_memory_add(cf, &zone->name, size, &ngx_http_ratelimit_module);
     if (shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
@@ -347,126 +355,14 @@ bool rl_zone_check_log_fits(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& p
     return false;
 }
 
-namespace {
-
-int64_t now_us() {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
-
-}  // namespace
-
-namespace {
-
-// Locks each distinct zone of the results once, in address order, so that two requests
-// never wait on each other. Returns the number of locks taken.
-ngx_uint_t lock_zones(rl_result_t** results, ngx_uint_t n, ngx_slab_pool_t** locks) {
-    ngx_uint_t nlocks = 0;
-    for (ngx_uint_t i = 0; i < n; i++) {
-        ngx_slab_pool_t* p = results[i]->applied->zone->shpool;
-        ngx_uint_t j = 0;
-        while (j < nlocks && locks[j] < p) j++;
-        if (j < nlocks && locks[j] == p) continue;
-        for (ngx_uint_t k = nlocks; k > j; k--) locks[k] = locks[k - 1];
-        locks[j] = p;
-        nlocks++;
+bool rl_zone_resolve(ngx_conf_t* cf, rl_zone_t* zone, rl_main_conf_t* mcf) noexcept {
+    if (zone->redis_name.len == 0) return true;
+    zone->redis = rl_redis_find(mcf, zone->redis_name);
+    if (zone->redis == nullptr) {
+        rl_conf_error_at(cf, "ratelimit_zone", zone->file, zone->line, "unknown ratelimit_redis \"%V\" in zone \"%V\"",
+                         &zone->redis_name, &zone->name);
+        return false;
     }
-    for (ngx_uint_t i = 0; i < nlocks; i++) ngx_shmtx_lock(&locks[i]->mutex);
-    return nlocks;
-}
-
-void unlock_zones(ngx_slab_pool_t** locks, ngx_uint_t nlocks) {
-    for (ngx_uint_t i = nlocks; i > 0; i--) ngx_shmtx_unlock(&locks[i - 1]->mutex);
-}
-
-// The slot of a result's key, or nullptr when it cannot be used: an old worker finishing its
-// requests during a reload may see a table laid out by the new configuration, and must never
-// use more log ring than a slot has.
-rl::Slot* slot_of(const rl_result_t& res) {
-    const rl::Policy& policy = *res.policy;
-    rl::TableHeader* table = res.applied->zone->table;
-    if (policy.algo == rl::Algo::log && static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
-        return nullptr;
-    }
-    if (res.applied->zone->sync_shm && table->slot_size < rl::slot_size_for(sizeof(rl_sync_key_t))) return nullptr;
-    return rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
-}
-
-int64_t* ring_of(const rl_result_t& res, rl::Slot* slot) {
-    return res.policy->algo == rl::Algo::log ? rl::slot_ring(slot) : nullptr;
-}
-
-}  // namespace
-
-bool rl_decide_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
-    auto** slots = reinterpret_cast<rl::Slot**>(scratch);
-    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
-    ngx_uint_t nlocks = lock_zones(results, n, locks);
-
-    // The clock is read under the locks: decisions on a zone then see time in lock order.
-    int64_t now = now_us();
-    bool all_allowed = true;
-    for (ngx_uint_t i = 0; i < n; i++) {
-        rl_result_t& res = *results[i];
-        const rl_zone_t* zone = res.applied->zone;
-        res.at = zone->sync_shm ? rl_sync_now(zone, now) : now;
-        slots[i] = slot_of(res);
-        if (slots[i] == nullptr) {
-            res.decision = rl::Decision{};
-            res.decision.allowed = true;
-            res.decision.limit = res.policy->requests;
-            continue;
-        }
-        if (zone->sync_shm) {
-            res.decision = rl_sync_decide(res, slots[i], res.at);
-        } else {
-            res.decision = rl::decide(slots[i]->state, *res.policy, now, res.cost, ring_of(res, slots[i]));
-        }
-        all_allowed = all_allowed && res.decision.allowed;
-    }
-    for (ngx_uint_t i = 0; i < n; i++) {
-        rl_result_t& res = *results[i];
-        if (slots[i] == nullptr) continue;
-        if (!all_allowed) {
-            if (res.applied->zone->sync_shm) rl_sync_release(res, slots[i]);
-            // Nothing is consumed: the limits that would have allowed report their untouched state.
-            if (res.decision.allowed) {
-                res.decision = rl::decide(slots[i]->state, *res.policy, res.at, 0, ring_of(res, slots[i]));
-            }
-            continue;
-        }
-        if (res.applied->zone->sync_shm) {
-            rl_sync_commit(res, slots[i]);
-        } else {
-            if (res.policy->algo == rl::Algo::log) {
-                rl::commit_log(res.decision, rl::slot_ring(slots[i]), *res.policy, res.cost);
-            }
-            slots[i]->state = res.decision.next;
-        }
-        res.consumed = res.cost > 0;
-    }
-    unlock_zones(locks, nlocks);
-    return all_allowed;
-}
-
-void rl_refund_all(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
-    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
-    ngx_uint_t nlocks = lock_zones(results, n, locks);
-    int64_t now = now_us();
-    for (ngx_uint_t i = 0; i < n; i++) {
-        rl_result_t& res = *results[i];
-        if (!res.consumed) continue;
-        rl::Slot* slot = slot_of(res);
-        const rl_zone_t* zone = res.applied->zone;
-        if (slot != nullptr && zone->sync_shm) {
-            rl_sync_refund(res, slot, rl_sync_now(zone, now));
-        } else if (slot != nullptr) {
-            rl::refund(slot->state, ring_of(res, slot), *res.policy, now, res.at, res.cost);
-            // Headers report the state after the refund, as when shared memory alone rejects.
-            res.decision = rl::decide(slot->state, *res.policy, now, 0, ring_of(res, slot));
-        }
-        res.consumed = false;
-    }
-    unlock_zones(locks, nlocks);
+    zone->timeout = zone->redis->timeout;
+    return true;
 }

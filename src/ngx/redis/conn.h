@@ -3,7 +3,7 @@
 // back in order), and hears of the end of each loop turn and of failures through callbacks.
 #pragma once
 
-#include "ngx_include.h"
+#include "ngx/ngx_include.h"
 
 #include <hiredis/read.h>
 #include <hiredis/hiredis.h>

@@ -3,10 +3,10 @@
 // order and go to the ops of the in-flight queue. A connection that fails, or whose oldest
 // command is long overdue, is closed: its ops fail at once (the owner applies on_error) and it
 // is opened again after a short backoff.
-#include "redis_conn.h"
+#include "ngx/redis/conn.h"
 
 #include "core/log_text.h"
-#include "metrics.h"
+#include "ngx/metrics.h"
 
 #include <cstdarg>
 

@@ -1,7 +1,7 @@
 // Redis Cluster: each worker keeps the slot map (from CLUSTER SLOTS, asked without blocking
 // on one of the known nodes), routes each call to the primary owning its slot, and keeps the
 // map fresh: about every second, soon after a node fails, and at once after a MOVED.
-#include "redis_cluster.h"
+#include "ngx/redis/cluster.h"
 
 #include "core/log_text.h"
 #include "core/redis_keys.h"
@@ -63,7 +63,7 @@ rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long por
         redis->nodes = nodes;
         redis->nodes_cap = cap;
     }
-    rl_redis_node_t* node = rl_redis_node_create(redis, addr);
+    rl_redis_node_t* node = rl_node_create(redis, addr);
     if (node == nullptr) return nullptr;
     redis->nodes[redis->nnodes++] = node;
     return node;

@@ -1,7 +1,7 @@
 // Redis Cluster routing for a `ratelimit_redis NAME cluster ...` (see redis_cluster.cpp).
 #pragma once
 
-#include "redis.h"
+#include "ngx/redis/node.h"
 
 // Creates the worker's slot map and asks for it; refreshes it about every second.
 bool rl_cluster_init(rl_redis_t* redis) noexcept;

@@ -1,7 +1,7 @@
 // The request path of sync zones (zone locked): optimistic zones decide on their view exactly as
 // shared-memory zones do and record what they admit as the key's unsent delta; lease zones spend
 // the units Redis granted the host, and wait for a grant when they run out.
-#include "sync.h"
+#include "ngx/sync/engine.h"
 
 #include "core/refund.h"
 
@@ -35,8 +35,8 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
     int64_t usable = rl::lease_usable(k->lease, p, now);
-    if ((res.sync & RL_SYNC_GRANTED) || usable >= res.cost) {  // granted for it, or in the lease
-        if (res.sync & RL_SYNC_GRANTED) usable += res.cost;
+    if ((res.flags & RL_SYNC_GRANTED) || usable >= res.cost) {  // granted for it, or in the lease
+        if (res.flags & RL_SYNC_GRANTED) usable += res.cost;
         rl::Decision d = rl::decide(slot->state, p, now, 0);
         d.allowed = true;
         d.remaining = usable - res.cost;
@@ -44,8 +44,8 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
         return d;
     }
     if (res.cost > p.capacity()) return rl::decide(rl::State{}, p, now, res.cost);  // never: no wait
-    if (down || (res.sync & RL_SYNC_FAILED)) {
-        res.sync |= RL_SYNC_LOCAL | RL_SYNC_ERROR;
+    if (down || (res.flags & RL_SYNC_FAILED)) {
+        res.flags |= RL_SYNC_LOCAL | RL_SYNC_ERROR;
         rl::Decision d = rl::decide(k->fallback, fallback_policy(p, res.applied->zone->sync_shm->hosts), now, res.cost);
         d.limit = p.requests;
         return d;
@@ -53,8 +53,8 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
     rl::Decision d = rl::decide(slot->state, p, now, 0);
     d.allowed = false;
     d.remaining = usable;
-    if (!(res.sync & RL_SYNC_WAITED2) && k->retry_at <= now) {
-        res.sync |= RL_SYNC_WAIT;  // the access handler sends an ask and decides again
+    if (!(res.flags & RL_SYNC_WAITED2) && k->retry_at <= now) {
+        res.flags |= RL_SYNC_WAIT;  // the access handler sends an ask and decides again
         d.retry_after_us = 0;
         return d;
     }
@@ -64,28 +64,26 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
     return d;
 }
 
-}  // namespace
-
-rl::Decision rl_sync_decide(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
+rl::Decision sync_decide(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     const rl_zone_t* zone = res.applied->zone;
-    res.sync &= ~(RL_SYNC_ERROR | RL_SYNC_WAIT | RL_SYNC_LOCAL);
+    res.flags &= ~(RL_SYNC_ERROR | RL_SYNC_WAIT | RL_SYNC_LOCAL);
     bool down = unavailable(zone);
-    if (down) res.sync |= RL_SYNC_ERROR;
+    if (down) res.flags |= RL_SYNC_ERROR;
     if (zone->sync_mode == RL_SYNC_LEASE) return lease_decide(res, slot, now, down);
     return rl::decide(slot->state, res.applied->policy, now, res.cost);
 }
 
-void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
+void sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
     rl_zone_t* zone = res.applied->zone;
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
     if (res.cost <= 0) return;
     k->burst = p.burst;
-    if (zone->sync_mode == RL_SYNC_LEASE && !(res.sync & RL_SYNC_LOCAL)) {
+    if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
         // Decided on lease_usable under this lock; units granted for this very request were
         // consumed when Redis granted them.
-        if (!(res.sync & RL_SYNC_GRANTED)) rl::lease_take(k->lease, p, res.at, res.cost);
-        res.sync &= ~RL_SYNC_GRANTED;
+        if (!(res.flags & RL_SYNC_GRANTED)) rl::lease_take(k->lease, p, res.at, res.cost);
+        res.flags &= ~RL_SYNC_GRANTED;
         k->spent += res.cost;
         k->used_at = res.at;
         // Less left than half an interval's use: more is asked for before it runs out.
@@ -93,7 +91,7 @@ void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
         if (res.decision.remaining * 2 < use) rl_sync_ask_ahead(zone, slot, &p, res.at);
     } else {
         // optimistic, or lease while Redis is away: Redis adds it at the next sync
-        rl::State& s = (res.sync & RL_SYNC_LOCAL) ? k->fallback : slot->state;
+        rl::State& s = (res.flags & RL_SYNC_LOCAL) ? k->fallback : slot->state;
         s = res.decision.next;
         rl::delta_add(k->unsent, p, delta_time(p, res.at, s), res.cost);
     }
@@ -101,10 +99,10 @@ void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
     rl_sync_exit_wake(zone);
 }
 
-void rl_sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
+void sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
-    if (res.applied->zone->sync_mode == RL_SYNC_LEASE && !(res.sync & RL_SYNC_LOCAL)) {
+    if (res.applied->zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
         k->lease.units += res.cost;  // back on top of the lease: usable as far as it still holds
         k->spent = k->spent > res.cost ? k->spent - res.cost : 0;
         res.decision = rl::decide(slot->state, p, now, 0);
@@ -113,16 +111,34 @@ void rl_sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     }
     // Taken back from the unsent delta too (a delta already sent stays counted in Redis: it
     // errs on the side of limiting).
-    rl::State& s = (res.sync & RL_SYNC_LOCAL) ? k->fallback : slot->state;
+    rl::State& s = (res.flags & RL_SYNC_LOCAL) ? k->fallback : slot->state;
     rl::delta_add(k->unsent, p, delta_time(p, res.at, s), -res.cost);
     rl::refund(s, nullptr, p, now, res.at, res.cost);
     res.decision = rl::decide(s, p, now, 0);
 }
 
+int64_t sync_clock(const rl_zone_t* zone, int64_t local_now) { return rl_sync_now(zone, local_now); }
+
+}  // namespace
+
+const rl_store_t rl_sync_optimistic_store = {
+    "sync optimistic", 2, sizeof(rl_sync_key_t),
+    rl_sync_area_bytes, rl_sync_area_format, rl_sync_area_compatible,
+    sync_clock, sync_decide, sync_commit, rl_sync_release, sync_refund,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+};
+
+const rl_store_t rl_sync_lease_store = {
+    "sync lease", 3, sizeof(rl_sync_key_t),
+    rl_sync_area_bytes, rl_sync_area_format, rl_sync_area_compatible,
+    sync_clock, sync_decide, sync_commit, rl_sync_release, sync_refund,
+    rl_sync_lease_refill, nullptr, rl_sync_lease_timed_out, nullptr, nullptr, rl_sync_lease_end,
+};
+
 void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept {
-    if (!(res.sync & RL_SYNC_GRANTED)) return;
+    if (!(res.flags & RL_SYNC_GRANTED)) return;
     rl_sync_key(slot)->lease.units += res.cost;  // usable as far as the lease still holds
-    res.sync &= ~RL_SYNC_GRANTED;
+    res.flags &= ~RL_SYNC_GRANTED;
 }
 
 bool rl_sync_add_policy(rl_zone_t* zone, const rl::Policy& p) noexcept {

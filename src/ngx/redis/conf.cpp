@@ -1,13 +1,14 @@
 // ratelimit_redis: parsing, and each worker's start: the handshake it writes on every
 // connection, the check of its replies, and the connections themselves. The master never
 // talks to Redis.
-#include "redis.h"
+#include "ngx/redis/conf.h"
 
 #include "core/log_text.h"
 #include "core/rate.h"
 #include "core/redis_script.h"
-#include "ratelimit.h"
-#include "redis_cluster.h"
+#include "ngx/redis/cluster.h"
+#include "ngx/redis/node.h"
+#include "ngx/redis/request.h"
 
 namespace {
 
@@ -264,8 +265,8 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
         shared.timeout = redis->timeout;
         shared.connect_timeout = redis->connect_timeout;
         shared.handshake_reply = check_handshake;
-        shared.fill = rl_redis_fill;
-        shared.failed = rl_redis_failed;
+        shared.fill = rl_redis_request_fill;
+        shared.failed = rl_redis_request_failed;
         ngx_queue_init(&shared.free_ops);
         redis->pool = cycle->pool;
         ngx_queue_init(&redis->free_batches);
@@ -275,7 +276,7 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
         redis->nodes = static_cast<rl_redis_node_t**>(ngx_calloc(redis->nodes_cap * sizeof(rl_redis_node_t*), cycle->log));
         if (redis->nodes == nullptr) return NGX_ERROR;
         for (ngx_uint_t k = 0; k < redis->addrs->nelts; k++) {
-            rl_redis_node_t* node = rl_redis_node_create(redis, addrs[k]);
+            rl_redis_node_t* node = rl_node_create(redis, addrs[k]);
             if (node == nullptr) return NGX_ERROR;
             redis->nodes[redis->nnodes++] = node;
             rl_conn_usable(&node->conn);  // connect now rather than on the first request

@@ -1,17 +1,11 @@
-// Zones with sync=TIME (issue 10): decided in the zone's shared memory, reconciled with Redis
-// once per interval per host. What the shared memory keeps for them (plain data: it survives
-// reloads), the request path's side (sync_decide.cpp) and the engine (sync.cpp).
+// What a sync zone keeps in its shared memory (plain data: it survives reloads): per key, after
+// its Slot, the view's companions; per zone, a header and the dirty list at the start of the
+// zone's block (the store's area, before the table).
 #pragma once
 
-#include "ratelimit.h"
+#include "ngx/conf.h"
 
 #include "core/sync.h"
-
-enum rl_sync_mode_e : uint8_t {
-    RL_SYNC_OFF = 0,
-    RL_SYNC_OPTIMISTIC,
-    RL_SYNC_LEASE,
-};
 
 // Per key, after its Slot (in the slot's ring area).
 struct rl_sync_key_t {
@@ -52,12 +46,12 @@ inline rl_sync_key_t* rl_sync_key(rl::Slot* s) { return reinterpret_cast<rl_sync
 inline uint32_t* rl_sync_dirty(rl_sync_shm_t* h) { return reinterpret_cast<uint32_t*>(h + 1); }
 inline uint8_t* rl_sync_listed(rl_sync_shm_t* h) { return reinterpret_cast<uint8_t*>(rl_sync_dirty(h) + h->cap); }
 
-// Bytes of the sync header and lists for a table of up to `cap` slots (8-aligned).
-size_t rl_sync_area_bytes(uint32_t cap) noexcept;
-// Lays out a fresh header and empty lists; a new random host id.
-void rl_sync_format(rl_sync_shm_t* h, uint32_t cap, ngx_log_t* log) noexcept;
-// Whether a header found after a reload has this layout and room for `cap` slots.
-bool rl_sync_compatible(const rl_sync_shm_t* h, uint32_t cap) noexcept;
+// layout.cpp: the store's area (store.h): its bytes for a table of up to `cap` slots
+// (8-aligned); a fresh header and empty lists, with a new random host id; whether a header
+// found after a reload has this layout and room for `cap` slots.
+size_t rl_sync_area_bytes(uint32_t cap);
+void rl_sync_area_format(void* area, uint32_t cap);
+bool rl_sync_area_compatible(const void* area, uint32_t cap);
 
 // Puts a slot on the dirty list, once (zone locked).
 inline void rl_sync_mark(rl_sync_shm_t* h, uint32_t ref) {
@@ -67,30 +61,5 @@ inline void rl_sync_mark(rl_sync_shm_t* h, uint32_t ref) {
     rl_sync_dirty(h)[h->ndirty++] = ref;
 }
 
-// sync_decide.cpp: the request path, zone locked, `now` on the zone's clock.
-rl::Decision rl_sync_decide(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept;
-void rl_sync_commit(rl_result_t& res, rl::Slot* slot) noexcept;
-void rl_sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept;
-// The request is rejected by another limit: what was granted for it goes back to the lease.
-void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept;
 // The zone's clock: CLOCK_REALTIME + the offset measured at the last sync (zone locked).
 inline int64_t rl_sync_now(const rl_zone_t* zone, int64_t local_now) { return local_now + zone->sync_shm->offset_us; }
-
-// At merge: a policy the zone is applied with (the engine finds each key's by algorithm and burst).
-bool rl_sync_add_policy(rl_zone_t* zone, const rl::Policy& p) noexcept;
-
-// sync.cpp: the engine, per worker.
-ngx_int_t rl_sync_init_process(ngx_cycle_t* cycle) noexcept;
-void rl_sync_exit_process(ngx_cycle_t* cycle) noexcept;
-// lease: the request waits for one round trip that asks Redis for units of its keys whose
-// budget is empty (the results flagged RL_SYNC_WAIT). False if nothing could be sent.
-bool rl_sync_lease_wait(rl_ctx_t* ctx) noexcept;
-// lease, zone locked: the key's budget runs low; a worker asks for more at the end of the loop
-// turn, in the background.
-void rl_sync_ask_ahead(rl_zone_t* zone, rl::Slot* slot, const rl::Policy* policy, int64_t now) noexcept;
-// The request is gone or finished: it no longer waits.
-void rl_sync_lease_cancel(rl_ctx_t* ctx) noexcept;
-// An exiting worker committed after its last round: the tick runs again to send it.
-void rl_sync_exit_wake(rl_zone_t* zone) noexcept;
-// Units granted for a request that goes away before it decides again go back to the lease.
-void rl_sync_lease_drop(rl_ctx_t* ctx) noexcept;

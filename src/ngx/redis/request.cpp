@@ -3,14 +3,51 @@
 // queued on a node go out as ONE script run (a batch: each request is a group, all or nothing
 // on its own), so Redis runs one script for many requests. Replies are decoded into the
 // requests' results; refunds when a request is rejected after all.
-#include "ratelimit.h"
+#include "ngx/redis/request.h"
 
-#include "core/log_text.h"
 #include "core/redis_command.h"
 #include "core/redis_keys.h"
-#include "redis_cluster.h"
+#include "ngx/metrics.h"
+#include "ngx/redis/cluster.h"
+#include "ngx/redis/node.h"
+
+namespace {
 
 constexpr ngx_uint_t kMaxGroups = 64;  // requests per script run: bounds its reply and its time in Redis
+constexpr ngx_uint_t kIndex = 1;       // rl_store_t::index
+
+struct rl_batch_t;
+struct rl_call_t;
+
+// What the store keeps for a request while its calls are out (ctx->store_data[kIndex]).
+struct rl_calls_t {
+    rl_call_t* calls;
+    ngx_uint_t ncalls;
+    ngx_uint_t waiting;  // calls still in flight
+};
+
+// One call to Redis: the checks of one request that live on one server (one slot of a
+// cluster), decided together, all or nothing, as one group of a batch.
+struct rl_call_t {
+    rl_ctx_t* ctx;
+    rl_redis_t* redis;
+    rl_redis_node_t* node;
+    ngx_uint_t* checks;       // indices into ctx->results
+    ngx_uint_t nchecks;
+    rl::RedisCheck* rchecks;  // the same, as the Redis command takes them (request pool)
+    ngx_queue_t queue;        // in node->queued until the end of the event-loop turn
+    rl_batch_t* batch;        // while in flight
+    uint16_t index;           // its group in the batch
+    uint16_t slot;            // cluster: the slot of its keys
+    uint8_t state;            // RL_CALL_*
+    uint8_t tries;            // retries so far (rl_node_retry_left)
+    uint8_t solo;             // cluster: sent in a batch of its own (its slot is migrating)
+    int64_t at;               // Redis's time of the decision
+};
+
+enum { RL_CALL_PENDING = 0, RL_CALL_DONE, RL_CALL_FAILED };
+
+rl_calls_t* calls_of(rl_ctx_t* ctx) { return static_cast<rl_calls_t*>(ctx->store_data[kIndex]); }
 
 // What a timed-out call needs for a refund if Redis admits it late (the request is gone).
 struct rl_late_t {
@@ -29,8 +66,6 @@ struct rl_batch_t {
     rl_late_t* late[kMaxGroups];   // an abandoned call's refund, armed if its request was rejected
 };
 
-namespace {
-
 // The core's description of a call's checks, into `checks` (room for call->nchecks).
 rl::RedisCheck* checks_of(rl_call_t* call, rl::RedisCheck* checks) {
     if (checks == nullptr) return nullptr;
@@ -47,58 +82,6 @@ rl::RedisCheck* checks_of(rl_call_t* call, rl::RedisCheck* checks) {
 }
 
 rl_redis_node_t* node_of(rl_conn_op_t* op) { return static_cast<rl_redis_node_t*>(op->conn->data); }
-
-// How the node runs the checks, as its handshake found out.
-rl::CommandScript script_of(const rl_redis_node_t* node) {
-    return node->scripts ? rl::CommandScript::evalsha : rl::CommandScript::fcall;
-}
-
-// Whether a node takes `more` calls now: its connection is up or coming up, and what it has
-// in flight and queued stays within max_pending (the handshake's replies aside).
-bool can_take(rl_redis_node_t* node, ngx_uint_t more) {
-    if (!rl_conn_usable(&node->conn)) return false;
-    rl_redis_t* redis = node->redis;
-    if (node->conn.ninflight + node->nqueued + more <= redis->max_pending + node->conn.handshake) return true;
-    rl_metrics_redis_error(redis->conn.metrics, RL_REDIS_ERR_OVERFLOW);
-    rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: max_pending (%ui) reached, on_error applies",
-                       &redis->name, &node->conn.addr.name, redis->max_pending);
-    return false;
-}
-
-rl_conn_op_t* send_command(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_conn_reply_pt done, void* data,
-                           ngx_uint_t weight) {
-    if (!can_take(node, weight)) return nullptr;
-    return rl_conn_send(&node->conn, cmd, len, done, data, 0, weight);
-}
-
-// Logs an error reply, or a reply of a type nothing expects, with Redis's bytes made safe.
-void log_reply(rl_redis_t* redis, rl_redis_node_t* node, const char* what, const redisReply* reply) {
-    char text[rl::kLogTextCap];
-    size_t n = 0;
-    if (reply != nullptr && (reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STRING ||
-                             reply->type == REDIS_REPLY_STATUS)) {
-        n = rl::log_text(reply->str, reply->len, text, sizeof(text));
-    }
-    rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: %s: %s%*s", &redis->name,
-                       &node->conn.addr.name, what,
-                       reply == nullptr ? "no reply" : reply->type == REDIS_REPLY_ERROR ? "error reply " : "reply ", n,
-                       text);
-}
-
-// Scratch memory of a ratelimit_redis for building commands and decoding replies: reused, so
-// the request path does not allocate per batch.
-void* scratch(rl_redis_t* redis, size_t bytes) {
-    if (bytes > redis->scratch_size) {
-        size_t size = redis->scratch_size ? redis->scratch_size : 4096;
-        while (size < bytes) size *= 2;
-        void* mem = ngx_alloc(size, redis->conn.log);
-        if (mem == nullptr) return nullptr;
-        ngx_free(redis->scratch);
-        redis->scratch = mem;
-        redis->scratch_size = size;
-    }
-    return redis->scratch;
-}
 
 rl_batch_t* batch_alloc(rl_redis_t* redis) {
     if (!ngx_queue_empty(&redis->free_batches)) {
@@ -119,9 +102,10 @@ void call_failed(rl_call_t* call) {
     for (ngx_uint_t i = 0; i < call->nchecks; i++) call->ctx->results[call->checks[i]].store = RL_STORE_FAILED;
 }
 
+// The last call of a request has an outcome: the request's wait for this store is over.
 void call_settled(rl_call_t* call) {
     rl_ctx_t* ctx = call->ctx;
-    if (--ctx->waiting == 0) rl_redis_finished(ctx);
+    if (--calls_of(ctx)->waiting == 0) ctx->resume(ctx, true);
 }
 
 void call_fails_now(rl_call_t* call) {
@@ -133,7 +117,7 @@ void call_fails_now(rl_call_t* call) {
 // take it now (down, backing off, too much in flight): on_error applies at once.
 bool queue_call(rl_call_t* call, bool first) {
     rl_redis_node_t* node = call->node;
-    if (!can_take(node, 1)) return false;
+    if (!rl_node_can_take(node, 1)) return false;
     if (first) {
         ngx_queue_insert_head(&node->queued, &call->queue);
     } else {
@@ -147,19 +131,20 @@ bool queue_call(rl_call_t* call, bool first) {
 
 void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
 
-// Sends calls[0..n) as one script run on `node`. Failed calls settle at once.
-void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n) {
+// Sends calls[0..n) as one script run on `node` (after ASKING when `asking`). Failed calls
+// settle at once.
+void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n, bool asking) {
     rl_redis_t* redis = node->redis;
     rl::RedisGroup groups[kMaxGroups] = {};  // {}: quiets gcc -O; only [0, n) is read
     for (ngx_uint_t i = 0; i < n; i++) groups[i] = rl::RedisGroup{calls[i]->rchecks, calls[i]->nchecks};
     std::string_view prefix = rl_sv(redis->prefix);
     size_t len = rl::batch_command_bound(prefix, groups, n);  // cheaper than measuring exactly
-    auto* buf = static_cast<char*>(scratch(redis, len));
+    auto* buf = static_cast<char*>(rl_redis_scratch(redis, len));
     rl_batch_t* batch = buf ? batch_alloc(redis) : nullptr;
     rl_conn_op_t* op = nullptr;
     if (batch != nullptr) {
-        len = rl::write_batch_command(buf, script_of(node), false, prefix, groups, n, 0);
-        op = send_command(node, reinterpret_cast<u_char*>(buf), len, on_batch_reply, batch, n);
+        len = rl::write_batch_command(buf, rl_node_script(node), false, prefix, groups, n, 0);
+        op = rl_node_send(node, reinterpret_cast<u_char*>(buf), len, on_batch_reply, batch, n, asking);
     }
     if (op == nullptr) {
         if (batch != nullptr) {
@@ -180,47 +165,18 @@ void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n) {
     rl_metrics_batch(redis->conn.metrics, batch->sizes, n);
 }
 
-// A call that came back unanswered for a reason Redis can fix at once: try it again.
-void retry_call(rl_call_t* call) {
-    if (++call->redirects > 5 || !queue_call(call, true)) call_fails_now(call);
-}
-
-// ASK: the call goes to the node named, right after ASKING (which applies to the next command
-// on that connection only), so it cannot wait in the queue behind other calls.
-void send_asking(rl_call_t* call) {
-    static const char kAsking[] = "*1\r\n$6\r\nASKING\r\n";
-    // ASKING applies to the next command on the connection: room for both, or neither goes.
-    if (++call->redirects > 5 || !can_take(call->node, 2) ||
-        !send_command(call->node, reinterpret_cast<const u_char*>(kAsking), sizeof(kAsking) - 1,
-                      [](rl_conn_op_t*, redisReply*) noexcept {}, call->redis, 1)) {
+// A call that came back unanswered for a reason Redis can fix at once goes again: at the head
+// of its node's queue, or, after an ASK, at once after ASKING (which applies to the next
+// command on that connection only, so it cannot wait behind other calls).
+void retry_call(rl_call_t* call, const rl_retry_t& retry) {
+    call->node = retry.node;
+    if (!rl_node_retry_left(&call->tries)) {
         call_fails_now(call);
-        return;
+    } else if (retry.ask) {
+        send_batch(call->node, &call, 1, true);
+    } else if (!queue_call(call, true)) {
+        call_fails_now(call);
     }
-    send_batch(call->node, &call, 1);
-}
-
-bool is_error(const redisReply* reply, const char* prefix) {
-    size_t n = ngx_strlen(prefix);
-    return reply->type == REDIS_REPLY_ERROR && reply->len >= n && ngx_strncmp(reply->str, prefix, n) == 0;
-}
-
-void code_loaded(rl_conn_op_t* op, redisReply* reply) noexcept {
-    rl_redis_node_t* node = node_of(op);
-    node->reloading = 0;
-    if (reply != nullptr && reply->type == REDIS_REPLY_ERROR) {
-        rl_metrics_redis_error(node->redis->conn.metrics, RL_REDIS_ERR_ERROR_REPLY);
-        log_reply(node->redis, node, "loading the Lua failed", reply);
-    }
-}
-
-// After NOSCRIPT or a missing function (Redis restarted without persistence, or its code was
-// flushed): loads it again, unless a load is in flight already, so that the calls queued after
-// it find it.
-void reload_code(rl_redis_node_t* node) {
-    rl_redis_t* redis = node->redis;
-    if (node->reloading) return;
-    const ngx_str_t& load = node->scripts ? redis->script_load : redis->function_load;
-    if (rl_conn_send(&node->conn, load.data, load.len, code_loaded, node, 0) != nullptr) node->reloading = 1;
 }
 
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n);
@@ -237,7 +193,7 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
     if (reply->type != REDIS_REPLY_ARRAY) return false;
     size_t nvalues = reply->elements;
     size_t bytes = nvalues * sizeof(int64_t) + total * sizeof(rl::Decision) + kMaxGroups * sizeof(bool);
-    auto* mem = static_cast<u_char*>(scratch(redis, bytes));
+    auto* mem = static_cast<u_char*>(rl_redis_scratch(redis, bytes));
     if (mem == nullptr) return false;
     auto* values = reinterpret_cast<int64_t*>(mem);
     auto* decisions = reinterpret_cast<rl::Decision*>(values + nvalues);
@@ -276,42 +232,23 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
 
 void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     auto* batch = static_cast<rl_batch_t*>(op->data);
-    rl_redis_t* redis = batch->redis;
     rl_redis_node_t* node = node_of(op);
-    bool retry = false, ask = false;
-    rl_redis_node_t* moved_to = nullptr;
-
-    if (reply != nullptr && (is_error(reply, "NOSCRIPT") || is_error(reply, "ERR Function not found"))) {
-        // Redis restarted without persistence, or its functions or scripts were flushed:
-        // nothing ran. Load the code again and queue the calls once more, ahead of the others.
-        reload_code(node);
-        retry = true;
-    } else if (reply != nullptr && redis->cluster && (is_error(reply, "MOVED ") || is_error(reply, "ASK "))) {
-        moved_to = rl_cluster_redirect(redis, reply, &ask);
-        rl_metrics_redirect(redis->conn.metrics, is_error(reply, "ASK "));
-        retry = moved_to != nullptr;
-#if (NGX_DEBUG)
-        char text[rl::kLogTextCap];
-        size_t len = rl::log_text(reply->str, reply->len, text, sizeof(text));
-        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, redis->conn.log, 0, "ratelimit redis \"%V\" at %V: %*s", &redis->name,
-                       &node->conn.addr.name, len, text);
-#endif
-    } else if (reply != nullptr && redis->cluster && is_error(reply, "TRYAGAIN") && batch->n > 1) {
-        // A slot in migration, with some of the batch's keys moved and some not: each request
-        // on its own is on one side or the other (and gets its own ASK).
+    rl_retry_t retry{};
+    rl_reply_e verdict = rl_node_reply(node, reply, &retry);
+    if (verdict == RL_REPLY_SPLIT && batch->n > 1) {
+        // Some of the batch's keys moved and some not: each request on its own is on one side
+        // or the other (and gets its own ASK).
         for (ngx_uint_t g = 0; g < batch->n; g++) {
             if (batch->calls[g] != nullptr) batch->calls[g]->solo = 1;
         }
-        retry = true;
-    } else if (reply != nullptr && take_batch(batch, reply, node)) {
+        retry = rl_retry_t{node, false};
+        verdict = RL_REPLY_RETRY;
+    }
+    if (verdict == RL_REPLY_TAKE && take_batch(batch, reply, node)) {
         batch_free(batch);
         return;
-    } else if (reply != nullptr) {
-        if (redis->cluster) rl_cluster_refresh_soon(redis);  // CLUSTERDOWN, TRYAGAIN...
-        rl_metrics_redis_error(redis->conn.metrics, reply->type == REDIS_REPLY_ERROR ? RL_REDIS_ERR_ERROR_REPLY
-                                                                                     : RL_REDIS_ERR_PROTOCOL);
-        log_reply(redis, node, "check failed", reply);
     }
+    if (verdict == RL_REPLY_TAKE || verdict == RL_REPLY_SPLIT) rl_node_reply_failed(node, "check failed", reply);
 
     // Nothing of this batch ran: retry its live calls, or fail them. In reverse order, so
     // that queueing each one first keeps their order.
@@ -319,17 +256,10 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
         rl_call_t* call = batch->calls[g - 1];
         if (call == nullptr) continue;
         call->batch = nullptr;
-        if (!retry) {
-            call_fails_now(call);
-        } else if (moved_to != nullptr) {
-            call->node = moved_to;
-            if (ask) {
-                send_asking(call);
-            } else {
-                retry_call(call);
-            }
+        if (verdict == RL_REPLY_RETRY) {
+            retry_call(call, retry);
         } else {
-            retry_call(call);
+            call_fails_now(call);
         }
     }
     batch_free(batch);
@@ -338,7 +268,7 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
 void on_refund_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
         if (reply != nullptr) rl_metrics_redis_error(node_of(op)->redis->conn.metrics, RL_REDIS_ERR_ERROR_REPLY);
-        log_reply(static_cast<rl_redis_t*>(op->data), node_of(op), "a refund failed", reply);
+        rl_node_log_reply(node_of(op), "a refund failed", reply);
     }
 }
 
@@ -346,11 +276,11 @@ void on_refund_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
 // buffer, as the scratch may be holding a reply being read.
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n) {
     std::string_view prefix = rl_sv(redis->prefix);
-    size_t len = rl::refund_command_len(prefix, checks, n, script_of(node));
+    size_t len = rl::refund_command_len(prefix, checks, n, rl_node_script(node));
     auto* buf = static_cast<char*>(ngx_alloc(len, redis->conn.log));
     if (buf == nullptr) return;
-    len = rl::write_refund_command(buf, prefix, checks, n, script_of(node));
-    if (send_command(node, reinterpret_cast<u_char*>(buf), len, on_refund_reply, redis, 1) == nullptr) {
+    len = rl::write_refund_command(buf, prefix, checks, n, rl_node_script(node));
+    if (rl_node_send(node, reinterpret_cast<u_char*>(buf), len, on_refund_reply, redis, 1) == nullptr) {
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
     }
     ngx_free(buf);
@@ -385,12 +315,12 @@ uint16_t slot_of(const rl_result_t& res) {
 
 // The call a result's check goes into, created on first use: one per ratelimit_redis, and
 // in a cluster one per slot (a script's keys must share a slot).
-rl_call_t* call_for(rl_ctx_t* ctx, const rl_result_t& res, uint16_t slot) {
+rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint16_t slot) {
     rl_redis_t* redis = res.applied->zone->redis;
-    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
-        if (ctx->calls[k].redis == redis && ctx->calls[k].slot == slot) return &ctx->calls[k];
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+        if (cs->calls[k].redis == redis && cs->calls[k].slot == slot) return &cs->calls[k];
     }
-    rl_call_t* call = &ctx->calls[ctx->ncalls++];
+    rl_call_t* call = &cs->calls[cs->ncalls++];
     call->ctx = ctx;
     call->redis = redis;
     call->slot = slot;
@@ -398,65 +328,23 @@ rl_call_t* call_for(rl_ctx_t* ctx, const rl_result_t& res, uint16_t slot) {
     return call;
 }
 
-}  // namespace
-
-rl_redis_node_t* rl_redis_node_create(rl_redis_t* redis, const ngx_addr_t& addr) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(ngx_calloc(sizeof(rl_redis_node_t), redis->conn.log));
-    if (node == nullptr) return nullptr;
-    node->redis = redis;
-    ngx_queue_init(&node->queued);
-    rl_conn_init(&node->conn, &redis->conn, addr, node);
-    return node;
-}
-
-void rl_redis_fill(rl_conn_t* conn) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(conn->data);
-    while (!ngx_queue_empty(&node->queued)) {
-        // All the calls queued on the node in one run; in a cluster, those of one slot.
-        rl_call_t* calls[kMaxGroups];
-        ngx_uint_t n = 0;
-        ngx_queue_t* q = ngx_queue_head(&node->queued);
-        uint16_t slot = (ngx_queue_data(q, rl_call_t, queue))->slot;
-        bool solo = (ngx_queue_data(q, rl_call_t, queue))->solo;
-        while (q != ngx_queue_sentinel(&node->queued) && n < (solo ? 1 : kMaxGroups)) {
-            ngx_queue_t* next = ngx_queue_next(q);
-            rl_call_t* call = ngx_queue_data(q, rl_call_t, queue);
-            if (n == 0 || !node->redis->cluster || (call->slot == slot && !call->solo)) {
-                ngx_queue_remove(q);
-                node->nqueued--;
-                calls[n++] = call;
-            }
-            q = next;
-        }
-        send_batch(node, calls, n);
-    }
-}
-
-void rl_redis_failed(rl_conn_t* conn) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(conn->data);
-    node->reloading = 0;
-    while (!ngx_queue_empty(&node->queued)) {
-        ngx_queue_t* q = ngx_queue_head(&node->queued);
-        ngx_queue_remove(q);
-        node->nqueued--;
-        call_fails_now(ngx_queue_data(q, rl_call_t, queue));
-    }
-    rl_cluster_node_failed(node);
-}
-
-ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
+// Sends the request's Redis checks; returns the number of calls now in flight.
+ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ngx_http_request_t* r = ctx->r;
     ngx_uint_t n = ctx->nresults;
     // At most one call per result; each result's index goes into exactly one call.
-    ctx->calls = static_cast<rl_call_t*>(ngx_pcalloc(r->pool, n * sizeof(rl_call_t)));
+    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t)));
+    auto* calls = static_cast<rl_call_t*>(ngx_pcalloc(r->pool, n * sizeof(rl_call_t)));
     auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(r->pool, n * sizeof(ngx_uint_t)));
     auto* slots = static_cast<uint16_t*>(ngx_palloc(r->pool, n * sizeof(uint16_t)));
-    if (ctx->calls == nullptr || indices == nullptr || slots == nullptr) {
+    if (cs == nullptr || calls == nullptr || indices == nullptr || slots == nullptr) {
         for (ngx_uint_t i = 0; i < n; i++) {
             if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_FAILED;
         }
         return 0;
     }
+    cs->calls = calls;
+    ctx->store_data[kIndex] = cs;
     for (ngx_uint_t i = 0; i < n; i++) {
         const rl_result_t& res = ctx->results[i];
         slots[i] = res.store == RL_STORE_REDIS && res.applied->zone->redis->cluster ? slot_of(res) : 0;
@@ -468,38 +356,43 @@ ngx_uint_t rl_redis_start(rl_ctx_t* ctx) noexcept {
         for (ngx_uint_t i = 0; i < n; i++) {
             rl_result_t& res = ctx->results[i];
             if (res.store != RL_STORE_REDIS) continue;
-            rl_call_t* call = call_for(ctx, res, slots[i]);
+            rl_call_t* call = call_for(cs, ctx, res, slots[i]);
             if (pass == 1) call->checks[call->nchecks] = i;
             call->nchecks++;
         }
         if (pass == 1) break;
         ngx_uint_t offset = 0;
-        for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
-            ctx->calls[k].checks = indices + offset;
-            offset += ctx->calls[k].nchecks;
-            ctx->calls[k].nchecks = 0;
+        for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+            cs->calls[k].checks = indices + offset;
+            offset += cs->calls[k].nchecks;
+            cs->calls[k].nchecks = 0;
         }
     }
 
-    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
-        rl_call_t* call = &ctx->calls[k];
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+        rl_call_t* call = &cs->calls[k];
         call->rchecks = checks_of(call, static_cast<rl::RedisCheck*>(
                                                  ngx_palloc(r->pool, call->nchecks * sizeof(rl::RedisCheck))));
         if (call->rchecks != nullptr && queue_call(call, false)) {
-            ctx->waiting++;
+            cs->waiting++;
         } else {
             call_failed(call);
         }
     }
-    return ctx->waiting;
+    return cs->waiting;
 }
 
-void rl_redis_abandon(rl_ctx_t* ctx) noexcept {
-    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
-        rl_call_t* call = &ctx->calls[k];
+// Stops waiting: the request is gone or timed out; late replies are dropped. Calls still in
+// flight stay known until redis_decided, so that redis_give_back can arm a refund for a late
+// admission of a request that was rejected meanwhile.
+void redis_end(rl_ctx_t* ctx) noexcept {
+    rl_calls_t* cs = calls_of(ctx);
+    if (cs == nullptr) return;
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+        rl_call_t* call = &cs->calls[k];
         if (call->state != RL_CALL_PENDING) continue;
         if (call->batch != nullptr) {
-            // In flight: its group's reply is dropped, unless rl_redis_refund arms a late
+            // In flight: its group's reply is dropped, unless redis_give_back arms a late
             // refund right away (call->batch is kept only for that).
             call->batch->calls[call->index] = nullptr;
         } else {
@@ -508,24 +401,30 @@ void rl_redis_abandon(rl_ctx_t* ctx) noexcept {
         }
         call_failed(call);
     }
-    ctx->waiting = 0;
+    cs->waiting = 0;
 }
 
-void rl_redis_timed_out(rl_ctx_t* ctx) noexcept {
-    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
-        rl_call_t* call = &ctx->calls[k];
+// The request's timeout passed: logged (rate limited), and what is pending is abandoned.
+void redis_timed_out(rl_ctx_t* ctx) noexcept {
+    rl_calls_t* cs = calls_of(ctx);
+    if (cs == nullptr) return;
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+        rl_call_t* call = &cs->calls[k];
         if (call->state != RL_CALL_PENDING) continue;
         rl_redis_t* redis = call->redis;
         rl_metrics_redis_error(redis->conn.metrics, RL_REDIS_ERR_TIMEOUT);
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: timed out: no reply within %M ms, on_error "
                            "applies", &redis->name, &call->node->conn.addr.name, redis->timeout);
     }
-    rl_redis_abandon(ctx);
+    redis_end(ctx);
 }
 
-void rl_redis_refund(rl_ctx_t* ctx) noexcept {
-    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) {
-        rl_call_t* call = &ctx->calls[k];
+// Gives back what the Redis calls of a rejected request consumed.
+void redis_give_back(rl_ctx_t* ctx) noexcept {
+    rl_calls_t* cs = calls_of(ctx);
+    if (cs == nullptr) return;
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+        rl_call_t* call = &cs->calls[k];
         if (call->state == RL_CALL_FAILED && call->batch != nullptr) {
             arm_late_refund(call);
             continue;
@@ -544,24 +443,51 @@ void rl_redis_refund(rl_ctx_t* ctx) noexcept {
     }
 }
 
-void rl_redis_forget(rl_ctx_t* ctx) noexcept {
-    for (ngx_uint_t k = 0; k < ctx->ncalls; k++) ctx->calls[k].batch = nullptr;
+void redis_decided(rl_ctx_t* ctx) noexcept {
+    rl_calls_t* cs = calls_of(ctx);
+    if (cs == nullptr) return;
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) cs->calls[k].batch = nullptr;
 }
 
-// For the sync engine (sync.cpp), which sends its own commands on the same nodes.
-rl_conn_op_t* rl_redis_send(rl_redis_node_t* node, const u_char* cmd, size_t len, rl_conn_reply_pt done,
-                            void* data) noexcept {
-    return send_command(node, cmd, len, done, data, 1);
+}  // namespace
+
+const rl_store_t rl_redis_store = {
+    "redis", kIndex, 0,
+    nullptr, nullptr, nullptr,
+    nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr, redis_remote, redis_timed_out, redis_give_back, redis_decided, redis_end,
+};
+
+void rl_redis_request_fill(rl_conn_t* conn) noexcept {
+    auto* node = static_cast<rl_redis_node_t*>(conn->data);
+    while (!ngx_queue_empty(&node->queued)) {
+        // All the calls queued on the node in one run; in a cluster, those of one slot.
+        rl_call_t* calls[kMaxGroups];
+        ngx_uint_t n = 0;
+        ngx_queue_t* q = ngx_queue_head(&node->queued);
+        uint16_t slot = (ngx_queue_data(q, rl_call_t, queue))->slot;
+        bool solo = (ngx_queue_data(q, rl_call_t, queue))->solo;
+        while (q != ngx_queue_sentinel(&node->queued) && n < (solo ? 1 : kMaxGroups)) {
+            ngx_queue_t* next = ngx_queue_next(q);
+            rl_call_t* call = ngx_queue_data(q, rl_call_t, queue);
+            if (n == 0 || !node->redis->cluster || (call->slot == slot && !call->solo)) {
+                ngx_queue_remove(q);
+                node->nqueued--;
+                calls[n++] = call;
+            }
+            q = next;
+        }
+        send_batch(node, calls, n, false);
+    }
 }
 
-rl::CommandScript rl_redis_script(const rl_redis_node_t* node) noexcept { return script_of(node); }
-
-void* rl_redis_scratch(rl_redis_t* redis, size_t bytes) noexcept { return scratch(redis, bytes); }
-
-bool rl_redis_error_is(const redisReply* reply, const char* prefix) noexcept { return is_error(reply, prefix); }
-
-void rl_redis_reload_code(rl_redis_node_t* node) noexcept { reload_code(node); }
-
-void rl_redis_log_reply(rl_redis_t* redis, rl_redis_node_t* node, const char* what, const redisReply* reply) noexcept {
-    log_reply(redis, node, what, reply);
+void rl_redis_request_failed(rl_conn_t* conn) noexcept {
+    auto* node = static_cast<rl_redis_node_t*>(conn->data);
+    while (!ngx_queue_empty(&node->queued)) {
+        ngx_queue_t* q = ngx_queue_head(&node->queued);
+        ngx_queue_remove(q);
+        node->nqueued--;
+        call_fails_now(ngx_queue_data(q, rl_call_t, queue));
+    }
+    rl_node_failed(node);
 }

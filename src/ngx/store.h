@@ -1,0 +1,82 @@
+// The store interface: where a zone keeps its keys' state and how a request is decided there.
+// One store per kind of zone, chosen when the configuration is read (zone.cpp): shared memory
+// (store_shm.cpp), Redis per request (redis/request.cpp), sync optimistic and sync lease
+// (sync/). The access handler decides every limit through these operations and the
+// functions below, with no branch of its own per store.
+//
+// A request's life in its stores: the shared-memory pass decides, all or nothing, every result
+// whose store keeps its state in the zone's table (`decide` non-null); a store that cannot
+// decide a result yet marks it RL_RES_WAITS and is asked to `refill` it (the request is then
+// decided again); results decided elsewhere are sent by `remote` once the pass admitted the
+// request. Each store that starts a wait calls ctx->resume once when it is over.
+#pragma once
+
+#include "ngx/request.h"
+
+struct rl_store_t {
+    const char* name;
+    ngx_uint_t index;   // its bit in rl_ctx_t::stores and its rl_ctx_t::store_data
+    size_t key_bytes;   // what it keeps per key after the key's Slot in the zone's table
+
+    // Its own area at the start of the zone's block, before the table (area_bytes nullptr:
+    // none): the bytes for a table of `cap` slots; laid out fresh; found again after a reload.
+    size_t (*area_bytes)(uint32_t cap);
+    void (*area_format)(void* area, uint32_t cap);
+    bool (*area_compatible)(const void* area, uint32_t cap);
+
+    // The shared-memory pass, zone locked (store_shm.cpp). `clock` turns the local time into
+    // the store's; `release`: another limit rejected the request; `refund`: the request gives
+    // back what `commit` consumed. `decide` nullptr: the store decides away from shared memory.
+    int64_t (*clock)(const rl_zone_t* zone, int64_t local_now);
+    rl::Decision (*decide)(rl_result_t& res, rl::Slot* slot, int64_t now);
+    void (*commit)(rl_result_t& res, rl::Slot* slot);
+    void (*release)(rl_result_t& res, rl::Slot* slot);
+    void (*refund)(rl_result_t& res, rl::Slot* slot, int64_t now);
+
+    // The waits. Each returns the number of waits started (0: nothing to wait for).
+    // refill: gets what the results it left RL_RES_WAITS lack; what it could not get is
+    //         decided locally when the request is decided again.
+    // remote: sends its results to be decided (their store RL_STORE_REDIS).
+    ngx_uint_t (*refill)(rl_ctx_t* ctx);
+    ngx_uint_t (*remote)(rl_ctx_t* ctx);
+    // The request's time to wait is over: what has no answer yet is decided without it.
+    void (*timed_out)(rl_ctx_t* ctx);
+    // What its remote decisions consumed goes back (shared memory is refunded by the pass).
+    void (*give_back)(rl_ctx_t* ctx);
+    // The verdict is final: late answers no longer change it.
+    void (*decided)(rl_ctx_t* ctx);
+    // The request goes away (its pool's cleanup): no wait of it may outlive it.
+    void (*end)(rl_ctx_t* ctx);
+};
+
+extern const rl_store_t rl_shm_store;
+
+// The store a result is decided in now: its zone's, or shared memory when Redis failed and
+// ratelimit_on_error local decides it there.
+inline const rl_store_t* rl_store_of(const rl_result_t& res) {
+    return res.store == RL_STORE_LOCAL ? &rl_shm_store : res.applied->zone->store;
+}
+
+// store_shm.cpp: the shared-memory pass over `results` (their stores' `decide`): under their
+// zones' locks, on the clock read inside the locks, consuming from all of them only if all of
+// them allow the request. Returns whether they did. `scratch` has room for 2 * n pointers.
+bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
+// Gives back what committed results of the pass consumed.
+void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
+// The slot of a result's key in its zone's table (zone locked), or nullptr when it cannot be used.
+rl::Slot* rl_store_slot(const rl_result_t& res) noexcept;
+
+// store.cpp: the request's stores, each asked once.
+// The results of one kind (res.store == `where`) as a list in `out`; returns their number.
+ngx_uint_t rl_store_select(rl_ctx_t* ctx, rl_store_e where, rl_result_t** out) noexcept;
+// Starts the stores' refills / remote decisions; returns how many stores the request waits for.
+ngx_uint_t rl_store_refill(rl_ctx_t* ctx) noexcept;
+ngx_uint_t rl_store_remote(rl_ctx_t* ctx) noexcept;
+void rl_store_timed_out(rl_ctx_t* ctx) noexcept;
+// Gives back what every store consumed for the request (shared memory at once, Redis by a
+// refund call).
+void rl_store_give_back(rl_ctx_t* ctx) noexcept;
+void rl_store_decided(rl_ctx_t* ctx) noexcept;
+void rl_store_end(rl_ctx_t* ctx) noexcept;
+// The store kinds, by index.
+extern const rl_store_t* const rl_stores[kRlStores];

@@ -1,0 +1,136 @@
+// The shared-memory store, and the pass that decides every result kept in a zone's table
+// (shared-memory and sync zones, and Redis zones deciding locally on error): all or nothing,
+// under the zones' locks, taken in one order so that two requests never wait on each other.
+#include "ngx/store.h"
+
+#include "core/refund.h"
+
+namespace {
+
+int64_t now_us() {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// Locks each distinct zone of the results once, in address order. Returns the locks taken.
+ngx_uint_t lock_zones(rl_result_t** results, ngx_uint_t n, ngx_slab_pool_t** locks) {
+    ngx_uint_t nlocks = 0;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        ngx_slab_pool_t* p = results[i]->applied->zone->shpool;
+        ngx_uint_t j = 0;
+        while (j < nlocks && locks[j] < p) j++;
+        if (j < nlocks && locks[j] == p) continue;
+        for (ngx_uint_t k = nlocks; k > j; k--) locks[k] = locks[k - 1];
+        locks[j] = p;
+        nlocks++;
+    }
+    for (ngx_uint_t i = 0; i < nlocks; i++) ngx_shmtx_lock(&locks[i]->mutex);
+    return nlocks;
+}
+
+void unlock_zones(ngx_slab_pool_t** locks, ngx_uint_t nlocks) {
+    for (ngx_uint_t i = nlocks; i > 0; i--) ngx_shmtx_unlock(&locks[i - 1]->mutex);
+}
+
+int64_t* ring_of(const rl_result_t& res, rl::Slot* slot) {
+    return res.policy->algo == rl::Algo::log ? rl::slot_ring(slot) : nullptr;
+}
+
+int64_t store_now(const rl_store_t* store, const rl_zone_t* zone, int64_t local) {
+    return store->clock ? store->clock(zone, local) : local;
+}
+
+rl::Decision shm_decide(rl_result_t& res, rl::Slot* slot, int64_t now) {
+    return rl::decide(slot->state, *res.policy, now, res.cost, ring_of(res, slot));
+}
+
+void shm_commit(rl_result_t& res, rl::Slot* slot) {
+    if (res.policy->algo == rl::Algo::log) rl::commit_log(res.decision, rl::slot_ring(slot), *res.policy, res.cost);
+    slot->state = res.decision.next;
+}
+
+void shm_refund(rl_result_t& res, rl::Slot* slot, int64_t now) {
+    rl::refund(slot->state, ring_of(res, slot), *res.policy, now, res.at, res.cost);
+    // Headers report the state after the refund, as when shared memory alone rejects.
+    res.decision = rl::decide(slot->state, *res.policy, now, 0, ring_of(res, slot));
+}
+
+}  // namespace
+
+const rl_store_t rl_shm_store = {
+    "shared memory", 0, 0,
+    nullptr, nullptr, nullptr,
+    nullptr, shm_decide, shm_commit, nullptr, shm_refund,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+};
+
+rl::Slot* rl_store_slot(const rl_result_t& res) noexcept {
+    // An old worker finishing its requests during a reload may see a table laid out by the new
+    // configuration, and must never use more log ring, or more of a slot, than it has.
+    const rl::Policy& policy = *res.policy;
+    const rl_zone_t* zone = res.applied->zone;
+    rl::TableHeader* table = zone->table;
+    if (policy.algo == rl::Algo::log && static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
+        return nullptr;
+    }
+    if (zone->store->key_bytes > 0 && table->slot_size < rl::slot_size_for(zone->store->key_bytes)) return nullptr;
+    return rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
+}
+
+bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
+    auto** slots = reinterpret_cast<rl::Slot**>(scratch);
+    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
+    ngx_uint_t nlocks = lock_zones(results, n, locks);
+
+    // The clock is read under the locks: decisions on a zone then see time in lock order.
+    int64_t now = now_us();
+    bool all_allowed = true;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        rl_result_t& res = *results[i];
+        const rl_store_t* store = rl_store_of(res);
+        res.at = store_now(store, res.applied->zone, now);
+        slots[i] = rl_store_slot(res);
+        if (slots[i] == nullptr) {
+            res.decision = rl::Decision{};
+            res.decision.allowed = true;
+            res.decision.limit = res.policy->requests;
+            continue;
+        }
+        res.decision = store->decide(res, slots[i], res.at);
+        all_allowed = all_allowed && res.decision.allowed;
+    }
+    for (ngx_uint_t i = 0; i < n; i++) {
+        rl_result_t& res = *results[i];
+        if (slots[i] == nullptr) continue;
+        const rl_store_t* store = rl_store_of(res);
+        if (!all_allowed) {
+            if (store->release) store->release(res, slots[i]);
+            // Nothing is consumed: the limits that would have allowed report their untouched state.
+            if (res.decision.allowed) {
+                res.decision = rl::decide(slots[i]->state, *res.policy, res.at, 0, ring_of(res, slots[i]));
+            }
+            continue;
+        }
+        store->commit(res, slots[i]);
+        res.consumed = res.cost > 0;
+    }
+    unlock_zones(locks, nlocks);
+    return all_allowed;
+}
+
+void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
+    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
+    ngx_uint_t nlocks = lock_zones(results, n, locks);
+    int64_t now = now_us();
+    for (ngx_uint_t i = 0; i < n; i++) {
+        rl_result_t& res = *results[i];
+        if (!res.consumed) continue;
+        if (rl::Slot* slot = rl_store_slot(res)) {
+            const rl_store_t* store = rl_store_of(res);
+            store->refund(res, slot, store_now(store, res.applied->zone, now));
+        }
+        res.consumed = false;
+    }
+    unlock_zones(locks, nlocks);
+}

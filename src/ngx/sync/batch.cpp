@@ -1,0 +1,313 @@
+// A sync zone's batches: the keys of a round (or of one loop turn's lease asks) sent as script
+// calls, per node and, in a cluster, per slot; each reply applied to the keys under the zone's
+// lock; a call that fails puts its keys back (at least once: a reply lost after Redis applied
+// it counts twice).
+#include "ngx/sync/engine.h"
+
+#include "core/redis_keys.h"
+#include "core/sync_command.h"
+#include "ngx/redis/cluster.h"
+
+#include <algorithm>
+
+void rl_sync_log_failure(rl_sync_zone_t* zs, rl_redis_node_t* node, const char* what, const redisReply* reply) noexcept {
+    u_char text[160];
+    *ngx_snprintf(text, sizeof(text) - 1, "sync of zone \"%V\" %s", &zs->zone->name, what) = '\0';
+    if (node != nullptr) {
+        rl_node_log_reply(node, reinterpret_cast<char*>(text), reply);
+    } else {
+        rl_redis_log_error(&zs->redis->conn, 0, "ratelimit redis \"%V\": %s", &zs->redis->name, text);
+    }
+}
+
+// The policy a key runs under: the zone's, applied with the key's algorithm and burst.
+const rl::Policy* rl_sync_policy_for(const rl_zone_t* zone, uint8_t algo, int64_t burst) noexcept {
+    auto* p = static_cast<const rl::Policy*>(zone->sync_policies->elts);
+    const rl::Policy* same_algo = nullptr;
+    for (ngx_uint_t i = 0; i < zone->sync_policies->nelts; i++) {
+        if (static_cast<uint8_t>(p[i].algo) != algo) continue;
+        if (p[i].burst == burst) return &p[i];
+        if (same_algo == nullptr) same_algo = &p[i];
+    }
+    return same_algo;  // a burst of the previous configuration: the nearest this one has
+}
+
+rl_sync_batch_t* rl_sync_batch_new(rl_sync_zone_t* zs, bool lease_ask) noexcept {
+    auto* b = static_cast<rl_sync_batch_t*>(ngx_calloc(sizeof(rl_sync_batch_t), rl_sync_log));
+    if (b == nullptr) return nullptr;
+    b->zs = zs;
+    b->lease_ask = lease_ask;
+    return b;
+}
+
+namespace {
+
+void batch_free(rl_sync_batch_t* b) {
+    b->items.reset();
+    ngx_free(b->calls);
+    b->waiters.reset();
+    ngx_free(b);
+}
+
+}  // namespace
+
+rl_sync_item_t* rl_sync_item_push(rl_sync_batch_t* b, rl::Slot* slot, const rl::Policy* p) noexcept {
+    rl_sync_zone_t* zs = b->zs;
+    rl_sync_item_t* it = b->items.push(rl_sync_log);
+    if (it == nullptr) return nullptr;
+    *it = rl_sync_item_t{};
+    it->si.zone = rl_sv(zs->zone->name);
+    it->si.hash = slot->hash;
+    it->si.policy = p;
+    it->si.hosts = zs->zone->sync_shm->hosts > 0 ? zs->zone->sync_shm->hosts : 1;
+    it->ref = rl::table_ref(zs->zone->table, slot);
+    it->algo = slot->algo;
+    return it;
+}
+
+// The slot an item came from, if it still holds the item's key.
+rl::Slot* rl_sync_item_slot(rl_zone_t* zone, const rl_sync_item_t& it) noexcept {
+    rl::TableHeader* t = zone->table;
+    if (it.ref == 0 || it.ref > t->used) return nullptr;
+    rl::Slot* s = rl::table_slot(t, it.ref);
+    return s->hash == it.si.hash && s->algo == it.algo ? s : nullptr;
+}
+
+rl_sync_item_t* rl_sync_item_find(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) noexcept {
+    for (size_t k = 0; b != nullptr && k < b->items.n; k++) {
+        if (b->items.elts[k].si.hash == hash && b->items.elts[k].algo == algo) return &b->items.elts[k];
+    }
+    return nullptr;
+}
+
+namespace {
+
+void batch_done(rl_sync_batch_t* b) {
+    rl_sync_zone_t* zs = b->zs;
+    rl_sync_shm_t* h = zs->zone->sync_shm;
+    ngx_shmtx_lock(&zs->zone->shpool->mutex);
+    if (!b->lease_ask && h->syncing_pid == ngx_pid) h->syncing_since = 0;
+    if (!b->lease_ask) h->rounds++;
+    h->keys_sent += b->items.n;
+    if (b->failed) {
+        h->down = 1;
+        h->failures++;
+    } else if (b->items.n > 0) {
+        h->down = 0;
+        h->last_ok = ngx_current_msec;
+    }
+    ngx_shmtx_unlock(&zs->zone->shpool->mutex);
+    if (b->lease_ask) {
+        rl_sync_asks_done(b);
+    } else {
+        rl_sync_round_done(b);
+    }
+    batch_free(b);
+}
+
+// ---- calls -------------------------------------------------------------------------------
+
+void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
+
+bool send_call(rl_sync_call_t* call, bool asking) {
+    rl_sync_batch_t* b = call->batch;
+    rl_redis_t* redis = b->zs->redis;
+    rl::SyncItem items[kRlSyncItemsPerCall];
+    for (size_t i = 0; i < call->n; i++) items[i] = b->items.elts[call->first + i].si;
+    std::string_view prefix = rl_sv(redis->prefix);
+    size_t len = rl::sync_command_bound(prefix, items, call->n);
+    auto* buf = static_cast<char*>(rl_redis_scratch(redis, len));
+    if (buf == nullptr) return false;
+    len = rl::write_sync_command(buf, rl_node_script(call->node), false, prefix, items, call->n, 0);
+    call->sent_us = rl_sync_local_us();
+    return rl_node_send(call->node, reinterpret_cast<u_char*>(buf), len, on_call_reply, call, 1, asking) != nullptr;
+}
+
+
+// The call's keys go back to what is unsent: deltas merged, give-backs back in the budget.
+void call_failed(rl_sync_call_t* call) {
+    rl_sync_batch_t* b = call->batch;
+    rl_zone_t* zone = b->zs->zone;
+    rl_sync_shm_t* h = zone->sync_shm;
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    for (size_t i = call->first; i < call->first + call->n; i++) {
+        const rl_sync_item_t& it = b->items.elts[i];
+        rl::Slot* slot = rl_sync_item_slot(zone, it);
+        if (slot == nullptr) continue;
+        rl_sync_key_t* k = rl_sync_key(slot);
+        if (!it.si.delta.empty()) {
+            rl::Delta merged = it.si.delta;  // the older units first
+            rl::delta_merge(merged, k->unsent, *it.si.policy);
+            k->unsent = merged;
+        }
+        if (it.si.give_back > 0 && k->lease.units == 0) {  // else they drain in Redis
+            k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
+        }
+        if (it.si.want > 0) k->asked_at = 0;
+        rl_sync_mark(h, it.ref);
+    }
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+    b->failed = true;
+}
+
+void call_settled(rl_sync_call_t* call) {
+    rl_sync_batch_t* b = call->batch;
+    if (--b->pending == 0) batch_done(b);
+}
+
+// Whether Redis kept a bucket's given-back units (it does when units were granted above them
+// since: rl::give_back), seen from the state after: its level is still above their top. Told
+// from `remaining` (whole units), so a doubt counts as given back: the units are then dropped,
+// which can only leave them to drain.
+bool give_back_refused(const rl::SyncItem& si, const rl::State& global, int64_t now) {
+    const rl::Policy& p = *si.policy;
+    if (!rl::is_bucket(p.algo)) return false;  // windows always take them back
+    // Whole units below their top now: what a lease as high as the top could still use.
+    int64_t top_units = rl::lease_usable(rl::Lease{rl::kExact, si.give_back_top, si.give_back_at}, p, now);
+    // The level after is above depth - (remaining + 1) units: refused if that reaches the top.
+    int64_t remaining = rl::decide(global, p, now, 0).remaining;
+    return p.burst - remaining >= top_units + 1;
+}
+
+// Applies a reply: {now_us, then per key a, b, c, granted, retry_after_us}.
+bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
+    rl_sync_batch_t* b = call->batch;
+    rl_zone_t* zone = b->zs->zone;
+    rl_sync_shm_t* h = zone->sync_shm;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != rl::sync_reply_len(call->n)) return false;
+    size_t nvalues = reply->elements;
+    auto* mem = static_cast<u_char*>(
+        rl_redis_scratch(b->zs->redis, nvalues * sizeof(int64_t) + call->n * sizeof(rl::SyncResult)));
+    if (mem == nullptr) return false;
+    auto* values = reinterpret_cast<int64_t*>(mem);
+    auto* results = reinterpret_cast<rl::SyncResult*>(values + nvalues);
+    for (size_t i = 0; i < nvalues; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_INTEGER) return false;
+        values[i] = reply->element[i]->integer;
+    }
+    int64_t redis_now = 0;
+    if (!rl::decode_sync_reply(values, nvalues, call->n, results, &redis_now)) return false;
+    for (size_t i = 0; i < call->n; i++) {  // never more than was asked: Redis is not trusted
+        const rl::SyncItem& si = b->items.elts[call->first + i].si;
+        if (results[i].granted > (si.want > si.need ? si.want : si.need)) return false;
+    }
+
+    int64_t local = rl_sync_local_us();
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    // Redis ran the call about half a round trip before its reply came.
+    h->offset_us = redis_now - (call->sent_us + (local - call->sent_us) / 2);
+    for (size_t i = 0; i < call->n; i++) {
+        rl_sync_item_t& it = b->items.elts[call->first + i];
+        const rl::SyncResult& r = results[i];
+        rl::Slot* slot = rl_sync_item_slot(zone, it);
+        if (slot == nullptr) continue;  // forgotten since: Redis has its units all the same
+        rl_sync_key_t* k = rl_sync_key(slot);
+        // The view: the global state plus what this host admitted since the send.
+        slot->state = k->unsent.empty() ? r.global : rl::apply_delta(r.global, *it.si.policy, redis_now, k->unsent);
+        if (zone->sync_mode != RL_SYNC_LEASE) continue;
+        if (it.si.want > 0) k->asked_at = 0;
+        if (it.si.give_back > 0 && k->lease.units == 0 && give_back_refused(it.si, r.global, redis_now)) {
+            // Redis granted above these units since (another host): they stay this host's, usable
+            // as they drain, and are given back again once they are on top.
+            k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
+        }
+        // The requests that waited for `need` are admitted as of the grant: the lease keeps the rest.
+        it.need_granted = it.si.need > 0 && r.granted >= it.si.need;
+        int64_t rest = it.need_granted ? r.granted - it.si.need : r.granted;
+        if (r.granted > 0 && k->lease.units > 0 && redis_now < k->lease.at) {
+            // Granted before the units this host already holds (another worker's ask, answered
+            // later): they lie below those, whose top stays the lease's.
+            k->lease.units += rest;
+        } else if (r.granted > 0) {
+            // All of it stacks on the lease, then the need is spent at the grant: the lowest units,
+            // so the rest keeps the grant's top.
+            rl::lease_add(k->lease, *it.si.policy, redis_now, r.granted, r.global);
+            if (it.need_granted) rl::lease_take(k->lease, *it.si.policy, redis_now, it.si.need);
+            k->used_at = redis_now;  // a fresh grant is not idle
+        }
+        if (it.si.need > r.granted) {
+            k->retry_at = redis_now + (r.retry_after_us >= 0 ? r.retry_after_us : it.si.policy->period_us);
+        } else {
+            k->retry_at = 0;
+        }
+        if (k->lease.units > 0) rl_sync_mark(h, it.ref);  // given back when idle
+    }
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+    return true;
+}
+
+void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
+    auto* call = static_cast<rl_sync_call_t*>(op->data);
+    rl_sync_zone_t* zs = call->batch->zs;
+    auto* node = static_cast<rl_redis_node_t*>(op->conn->data);
+    rl_retry_t retry{};
+    rl_reply_e verdict = rl_node_reply(node, reply, &retry);
+    if (verdict == RL_REPLY_TAKE && take_reply(call, reply)) {
+        call_settled(call);
+        return;
+    }
+    // (TRYAGAIN: a call's keys share one slot, and go again in the next round.)
+    if (verdict == RL_REPLY_RETRY && rl_node_retry_left(&call->tries)) {
+        call->node = retry.node;
+        if (send_call(call, retry.ask)) return;
+    }
+    u_char what[160];
+    *ngx_snprintf(what, sizeof(what) - 1, "sync of zone \"%V\" failed (its keys go again in the next round)",
+                  &zs->zone->name) = '\0';
+    rl_node_reply_failed(node, reinterpret_cast<char*>(what), reply);
+    call_failed(call);
+    call_settled(call);
+}
+
+// The batch's keys in calls: per cluster slot (a script's keys share one), kRlSyncItemsPerCall at most.
+bool plan_calls(rl_sync_batch_t* b) {
+    rl_redis_t* redis = b->zs->redis;
+    if (redis->cluster) {
+        std::string_view prefix = rl_sv(redis->prefix), name = rl_sv(b->zs->zone->name);
+        char key[512];
+        if (rl::redis_key_max_len(prefix, name) > sizeof(key)) return false;
+        for (size_t i = 0; i < b->items.n; i++) {
+            rl_sync_item_t& it = b->items.elts[i];
+            size_t len = rl::redis_key(key, prefix, name, it.si.hash, it.si.policy->algo);
+            it.slot = rl::cluster_slot(std::string_view(key, len));
+        }
+        std::sort(b->items.elts, b->items.elts + b->items.n,
+                  [](const rl_sync_item_t& x, const rl_sync_item_t& y) { return x.slot < y.slot; });
+    }
+    size_t most = b->items.n;  // calls at most: one per key
+    b->calls = static_cast<rl_sync_call_t*>(ngx_calloc(most * sizeof(rl_sync_call_t), rl_sync_log));
+    if (b->calls == nullptr) return false;
+    for (size_t i = 0; i < b->items.n;) {
+        rl_sync_call_t* call = &b->calls[b->ncalls++];
+        call->batch = b;
+        call->first = i;
+        call->slot = b->items.elts[i].slot;
+        while (i < b->items.n && i - call->first < kRlSyncItemsPerCall && b->items.elts[i].slot == call->slot) i++;
+        call->n = i - call->first;
+        call->node = redis->cluster ? rl_cluster_route(redis, call->slot) : redis->nodes[0];
+    }
+    return true;
+}
+
+}  // namespace
+
+void rl_sync_batch_send(rl_sync_batch_t* b) noexcept {
+    if (b->items.n == 0 || !plan_calls(b)) {
+        if (b->items.n > 0) {
+            rl_sync_call_t all{b, 0, b->items.n, nullptr, 0, 0, 0};
+            call_failed(&all);
+        }
+        batch_done(b);
+        return;
+    }
+    b->pending = b->ncalls + 1;  // + 1 until all are sent: no outcome ends the batch early
+    bool unsent = false;
+    for (size_t c = 0; c < b->ncalls; c++) {
+        if (send_call(&b->calls[c], false)) continue;
+        unsent = true;
+        call_failed(&b->calls[c]);
+        b->pending--;
+    }
+    if (unsent) rl_sync_log_failure(b->zs, nullptr, "not sent: Redis unavailable (its keys go again in the next round)", nullptr);
+    call_settled(&b->calls[0]);  // the + 1
+}
