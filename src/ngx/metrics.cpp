@@ -3,6 +3,7 @@
 #include "ngx/metrics.h"
 
 #include "core/metrics_format.h"
+#include "core/redis_command.h"
 #include "ngx/request.h"
 #include "ngx/redis/conf.h"
 #include "ngx/sync/layout.h"
