@@ -41,6 +41,7 @@ my %zones = (
     lo    => 'rate=1r/m burst=2 sync=100ms',
     ll    => 'rate=1r/m burst=2 sync=100ms sync_mode=lease',
     rd    => 'rate=100r/s sync=100ms',
+    sc    => 'requests=1000 period=1d algo=fixed sync=100ms',
 );
 my $zone_lines = join '', map { "    ratelimit_zone $_ key=\$arg_k $zones{$_} redis=r;\n" } sort keys %zones;
 my $locations  = join '', map { "        location = /$_ { ratelimit zone=$_; empty_gif; }\n" } sort keys %zones;
@@ -150,6 +151,36 @@ for my $c (['so_ga', "a=$BIG", 'gcra a = 2^52'], ['so_gb', "b=$BIG", 'gcra b = 2
     for (1 .. 4) { my ($s3, $h3) = $n->get('/sg0?k=z'); push @st, $s3; my $r3 = $h3->{'retry-after'} // 0; $ra = $r3 if $r3 > $ra }
     cmp_ok($ra, '<=', $max_wait, "clock 0: every Retry-After within $max_wait s ($ra)");
     is(scalar(grep { $_ == 200 } $s, @st), 3, 'clock 0: exactly 3 admitted (burst=2)') or diag("@st");
+}
+
+# ---------------------------------------------------------------- 3b. Redis's clock really moves
+# Every reply an hour ahead from now on (for 3 s): a step beyond 30 s is refused until three
+# replies in a row agree on it; then accepted for good (not refused round after round), and
+# the zone decides in Redis (PASSED, not ERROR).
+sub out_of_bounds {
+    my (undef, undef, $body) = $n->get('/metrics');
+    my ($v) = ($body // '') =~ /nginx_ratelimit_redis_errors_total\{redis="r",reason="out_of_bounds"\} (\d+)/;
+    return $v // 0;
+}
+{
+    $n->get('/sc?k=s') for 1 .. 2;
+    my $before = out_of_bounds();
+    $p->mode('sync_rewrite', 'now+=3600000000', 1000, 'sc');
+    my ($t0, @late) = (time);
+    while (time - $t0 < 3) {
+        my (undef, $h) = $n->get('/sc?k=s');
+        push @late, $h->{'x-status'} // '' if time - $t0 > 1.5;
+        sleep $T;
+    }
+    my $rewritten = $p->rewritten - $done;
+    $p->mode('pass');
+    my $refusals = out_of_bounds() - $before;
+    ok($rewritten >= 10, "clock step: $rewritten replies an hour ahead");
+    cmp_ok($refusals, '<=', 4, "clock step: refused until confirmed, then accepted ($refusals refusals in 3 s)");
+    is(join(',', grep { $_ ne 'PASSED' } @late), '', 'clock step: the zone decides in Redis again') or diag("@late");
+    # ... and back: Redis's clock steps back an hour, the same way
+    sleep 0.5;
+    $done = $p->rewritten;
 }
 
 # ---------------------------------------------------------------- 4. lost replies

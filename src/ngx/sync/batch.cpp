@@ -212,11 +212,12 @@ taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
     rl::ReplyFault fault = rl::ReplyFault::none;
     ngx_shmtx_lock(&zone->shpool->mutex);
     // Redis ran the call about half a round trip before its reply came (a call sent again may
-    // get the reply of its first run: its time does not set the offset).
+    // get the reply of its first run: its time moves the offset only when it confirms a step).
     rl::SyncClock clock{h->offset_us, h->clock_candidate, h->clock_seen};
     int64_t mid = call->sent_us + (local - call->sent_us) / 2;
     bool clock_ok = rl::accept_clock(clock, redis_now, mid);
-    if (call->resends == 0 || !clock_ok) h->offset_us = clock.offset;
+    bool stepped = clock.offset - h->offset_us > rl::kMaxClockStep || h->offset_us - clock.offset > rl::kMaxClockStep;
+    if (clock_ok && (call->resends == 0 || stepped)) h->offset_us = clock.offset;
     h->clock_candidate = clock.candidate;
     h->clock_seen = clock.seen;
     for (size_t i = 0; clock_ok && i < call->n; i++) {

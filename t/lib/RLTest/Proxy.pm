@@ -24,7 +24,8 @@ package RLTest::Proxy;
 #                          (default 1) sync calls ("sync" mode of the script; for keys of zone
 #                          `zone` only, if given), then go back to pass by itself. $spec:
 #                          comma-separated FIELD=VALUE with FIELD one of now (the reply's first
-#                          integer) or a, b, c, granted, retry (those of every item), or `extra`
+#                          integer; now+=N adds N) or a, b, c, granted, retry (those of every
+#                          item), or `extra`
 #                          (one integer more: a count off by one)
 #     sync_lose            relay everything; each sync call's reply (Redis ran it) is replaced by
 #                          an error reply: a reply lost after Redis applied the call
@@ -355,7 +356,9 @@ sub _rewrite {
     my $extra = 0;
     for my $kv (split /,/, $spec) {
         my ($k, $val) = split /=/, $kv, 2;
+        $k =~ s/\+$/+/;
         if ($k eq 'now') { $v[0] = $val }
+        elsif ($k eq 'now+') { $v[0] += $val }
         elsif ($k eq 'extra') { $extra = 1 }
         elsif (exists $f{$k}) {
             for (my $i = 1 + $f{$k}; $i < @v; $i += 5) { $v[$i] = $val }
