@@ -9,7 +9,6 @@
 #include "ngx/delay.h"
 #include "ngx/metrics.h"
 #include "ngx/store.h"
-#include "ngx/tier.h"
 
 namespace {
 
@@ -234,30 +233,6 @@ ngx_int_t decide(ngx_http_request_t* r, rl_ctx_t* ctx, const rl_loc_conf_t* lcf)
     return ctx->delaying ? rl_delay_start(ctx) : ctx->verdict;
 }
 
-// The results of a new request: one per applied limit whose key is not empty.
-ngx_uint_t start_results(ngx_http_request_t* r, rl_ctx_t* ctx, const rl_loc_conf_t* lcf) {
-    auto* applied = static_cast<rl_applied_t*>(lcf->applied->elts);
-    ngx_uint_t m = 0;
-    for (ngx_uint_t i = 0; i < lcf->applied->nelts; i++) {
-        ngx_str_t key;
-        if (ngx_http_complex_value(r, &applied[i].zone->key, &key) != NGX_OK) return NGX_ERROR;
-        if (key.len == 0) {  // an empty key is exempt from this zone
-            rl_metrics_count(applied[i].zone->metrics, RL_RESULT_EXEMPT);
-            continue;
-        }
-        rl_result_t& res = ctx->results[m++];
-        res = rl_result_t{};
-        res.applied = &applied[i];
-        res.policy = &applied[i].policy;
-        if (applied[i].tiered) res.policy = rl_tier_policy(r, applied[i], rl_ctx_policies(ctx) + (m - 1));
-        res.cost = rl_request_cost(r, *applied[i].limit, applied[i].zone);
-        res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
-        res.store = applied[i].zone->store->decide ? RL_STORE_SHM : RL_STORE_REDIS;
-    }
-    ctx->nresults = m;
-    return m;
-}
-
 }  // namespace
 
 ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
@@ -290,9 +265,7 @@ ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept {
 
     rl_ctx_t* ctx = rl_ctx_create(r, lcf);
     if (ctx == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    ngx_uint_t m = start_results(r, ctx, lcf);
-    if (m == static_cast<ngx_uint_t>(NGX_ERROR)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    if (m == 0) {
+    if (ctx->nresults == 0) {
         ctx->status = RL_STATUS_EXEMPT;
         return NGX_DECLINED;
     }

@@ -81,8 +81,3 @@ ngx_int_t rl_delay_start(rl_ctx_t* ctx) noexcept {
     ngx_add_timer(c->write, static_cast<ngx_msec_t>(ctx->delay_ms));
     return NGX_AGAIN;
 }
-
-void rl_delay_abandoned(rl_ctx_t* ctx) noexcept {
-    ctx->phase = RL_PHASE_RETURNED;
-    rl_store_give_back(ctx);
-}

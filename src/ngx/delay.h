@@ -7,5 +7,3 @@
 void rl_delay_decide(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept;
 // Makes an admitted request wait ctx->delay_ms on a timer; returns what the phase handler returns.
 ngx_int_t rl_delay_start(rl_ctx_t* ctx) noexcept;
-// The request ends while delayed (the client closed the connection): its units go back.
-void rl_delay_abandoned(rl_ctx_t* ctx) noexcept;

@@ -89,8 +89,7 @@ ngx_http_module_t rl_module_ctx = {
 char* rl_check_status(ngx_conf_t* cf, void*, void* data) noexcept {
     ngx_int_t status = *static_cast<ngx_int_t*>(data);
     if (status >= 400 && status <= 599) return NGX_CONF_OK;
-    rl_conf_error(cf, "value must be between 400 and 599");
-    return static_cast<char*>(NGX_CONF_ERROR);
+    return rl_conf_error(cf, "value must be between 400 and 599");
 }
 
 // ngx_conf_set_enum_slot, with an error that names the directive and the values it takes.
@@ -108,8 +107,7 @@ char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
         }
         p = ngx_slprintf(p, names + sizeof(names), i == 0 ? "\"%V\"" : ", \"%V\"", &e[i].name);
     }
-    rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
-    return static_cast<char*>(NGX_CONF_ERROR);
+    return rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
 }
 
 // ratelimit zone=NAME [burst=N] [quantity=N|$variable] [delay=N | nodelay] [max_delay=TIME]
@@ -130,15 +128,13 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         ngx_str_t v;
         if (rl_arg(a, "zone=", v)) {
             if (v.len == 0) {
-                rl_conf_error(cf, "invalid zone name \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid zone name \"%V\"", &a);
             }
             limit.shm_zone = ngx_shared_memory_add(cf, &v, 0, &ngx_http_ratelimit_module);
             if (limit.shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
         } else if (rl_arg(a, "burst=", v)) {
             if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.burst)) {
-                rl_conf_error(cf, "invalid burst \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid burst \"%V\"", &a);
             }
             limit.burst_set = true;
         } else if (rl_arg(a, "quantity=", v)) {
@@ -146,38 +142,31 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                 limit.quantity_cv = rl_complex_value(cf, &v);
                 if (limit.quantity_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
             } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.quantity)) {
-                rl_conf_error(cf, "invalid quantity \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid quantity \"%V\"", &a);
             }
         } else if (rl_arg(a, "delay=", v)) {
             if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.delay)) {
-                rl_conf_error(cf, "invalid delay \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid delay \"%V\"", &a);
             }
         } else if (a.len == 7 && ngx_strncmp(a.data, "nodelay", 7) == 0) {
             nodelay = true;
         } else if (rl_arg(a, "max_delay=", v)) {
             if (!rl::parse_duration(rl_sv(v), limit.max_delay_us)) {
-                rl_conf_error(cf, "invalid max_delay \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid max_delay \"%V\"", &a);
             }
         } else {
-            rl_conf_error(cf, "invalid parameter \"%V\"", &a);
-            return static_cast<char*>(NGX_CONF_ERROR);
+            return rl_conf_error(cf, "invalid parameter \"%V\"", &a);
         }
     }
 
     if (nodelay && limit.delay != rl::kNoDelay) {
-        rl_conf_error(cf, "\"delay\" and \"nodelay\" are mutually exclusive");
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "\"delay\" and \"nodelay\" are mutually exclusive");
     }
     if (limit.max_delay_us > 0 && limit.delay == rl::kNoDelay) {
-        rl_conf_error(cf, "\"max_delay\" requires \"delay\"");
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "\"max_delay\" requires \"delay\"");
     }
     if (limit.shm_zone == nullptr) {
-        rl_conf_error(cf, "\"%V\" must have \"zone\" parameter", &args[0]);
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "\"%V\" must have \"zone\" parameter", &args[0]);
     }
 
     if (lcf->limits == NGX_CONF_UNSET_PTR) {
@@ -187,9 +176,8 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* limits = static_cast<rl_limit_t*>(lcf->limits->elts);
     for (ngx_uint_t i = 0; i < lcf->limits->nelts; i++) {
         if (limits[i].shm_zone == limit.shm_zone) {
-            rl_conf_error(cf, "zone \"%V\" is already applied here",
+            return rl_conf_error(cf, "zone \"%V\" is already applied here",
                                &limit.shm_zone->shm.name);
-            return static_cast<char*>(NGX_CONF_ERROR);
         }
     }
     auto* slot = static_cast<rl_limit_t*>(ngx_array_push(lcf->limits));
@@ -204,8 +192,7 @@ char* rl_algo_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     if (lcf->algo != NGX_CONF_UNSET_UINT) return const_cast<char*>("is duplicate");
     rl::Algo algo;
     if (!rl::parse_algo(std::string_view(reinterpret_cast<char*>(args[1].data), args[1].len), algo)) {
-        rl_conf_error(cf, "invalid algorithm \"%V\"", &args[1]);
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "invalid algorithm \"%V\"", &args[1]);
     }
     lcf->algo = static_cast<ngx_uint_t>(algo);
     return NGX_CONF_OK;
@@ -245,20 +232,6 @@ bool rl_resolve_zones(ngx_conf_t* cf) noexcept {
     return true;
 }
 
-// Logs a configuration error found at merge time at the `ratelimit` line it concerns.
-void rl_limit_error(ngx_conf_t* cf, const rl_limit_t& l, const char* fmt, const rl_zone_t* zone, const char* why) {
-    ngx_str_t what = ngx_string("");
-    if (why != nullptr) {
-        what.data = reinterpret_cast<u_char*>(const_cast<char*>(why));
-        what.len = ngx_strlen(why);
-    }
-    if (zone == nullptr) {
-        ngx_log_error(NGX_LOG_EMERG, cf->log, 0, fmt, &l.shm_zone->shm.name, l.file, l.line);
-    } else {
-        ngx_log_error(NGX_LOG_EMERG, cf->log, 0, fmt, &what, &zone->name, l.file, l.line);
-    }
-}
-
 // RateLimit-Policy for a request every applied limit decided: formatted once, here.
 bool rl_build_policy_header(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
     auto* applied = static_cast<rl_applied_t*>(conf->applied->elts);
@@ -287,36 +260,26 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         rl_limit_t& l = limits[i];
         auto* zone = static_cast<rl_zone_t*>(l.shm_zone->data);
         if (zone == nullptr) {
-            rl_limit_error(cf, l, "unknown ratelimit zone \"%V\" in \"ratelimit\" directive in %s:%ui", nullptr, nullptr);
+            rl_conf_error_at(cf, "ratelimit", l.file, l.line, "unknown ratelimit zone \"%V\"", &l.shm_zone->shm.name);
             return false;
         }
         rl::Policy p = zone->policy;
         if (!zone->algo_set) p.algo = static_cast<rl::Algo>(conf->algo);
         if (l.burst_set) p.burst = l.burst;
         if (!rl::is_bucket(p.algo) && (l.burst_set || zone->burst_set)) {
-            rl_limit_error(cf, l,
-                           "\"burst\" is not supported by the \"%V\" algorithm (zone \"%V\") in \"ratelimit\" directive "
-                           "in %s:%ui",
-                           zone, rl::algo_name(p.algo).data());
+            rl_conf_error_at(cf, "ratelimit", l.file, l.line, "\"burst\" is not supported by the \"%s\" algorithm (zone \"%V\")",
+                             rl::algo_name(p.algo).data(), &zone->name);
             return false;
         }
         p.delay = l.delay;
         p.max_delay_us = l.max_delay_us;
         if (!rl::is_bucket(p.algo) && l.delay != rl::kNoDelay) {
-            rl_limit_error(cf, l,
-                           "\"delay\" is not supported by the \"%V\" algorithm (zone \"%V\") in \"ratelimit\" directive "
-                           "in %s:%ui",
-                           zone, rl::algo_name(p.algo).data());
+            rl_conf_error_at(cf, "ratelimit", l.file, l.line, "\"delay\" is not supported by the \"%s\" algorithm (zone \"%V\")",
+                             rl::algo_name(p.algo).data(), &zone->name);
             return false;
         }
         if (const char* why = rl::finish_policy(p)) {
-            rl_limit_error(cf, l, "%V in ratelimit zone \"%V\" in \"ratelimit\" directive in %s:%ui", zone, why);
-            return false;
-        }
-        if (p.algo == rl::Algo::log && zone->sync_mode != RL_SYNC_OFF) {
-            rl_limit_error(cf, l, "the \"log\" algorithm cannot be synced (ratelimit zone \"%V\"): it keeps every "
-                           "request's time, not counts that hosts can add; use \"sliding\" in \"ratelimit\" "
-                           "directive in %s:%ui", nullptr, nullptr);
+            rl_conf_error_at(cf, "ratelimit", l.file, l.line, "%s in ratelimit zone \"%V\"", why, &zone->name);
             return false;
         }
         auto* a = static_cast<rl_applied_t*>(ngx_array_push(conf->applied));
@@ -324,10 +287,10 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         a->zone = zone;
         a->limit = &l;
         a->policy = p;
-        if (!rl_tier_check_applied(cf, a)) return false;
+        rl_tier_check_applied(a);
         conf->tiered = conf->tiered || a->tiered;
         conf->stores |= ngx_uint_t{1} << zone->store->index;
-        if (p.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, p, &l)) return false;
+        if (p.algo == rl::Algo::log && !rl_zone_check_log(cf, zone, p, &l)) return false;
         if (zone->sync_mode != RL_SYNC_OFF && !rl_sync_add_policy(zone, p)) return false;
     }
     return rl_build_policy_header(cf, conf);
@@ -384,26 +347,37 @@ ngx_http_complex_value_t* rl_complex_value(ngx_conf_t* cf, ngx_str_t* value) noe
     return ngx_http_compile_complex_value(&ccv) == NGX_OK ? cv : nullptr;
 }
 
-char* rl_conf_error(ngx_conf_t* cf, const char* fmt, ...) noexcept {
+namespace {
+
+void conf_verror(ngx_conf_t* cf, const char* directive, const u_char* file, ngx_uint_t line, const char* fmt,
+                 va_list args) {
     u_char msg[NGX_MAX_CONF_ERRSTR];
+    u_char* p = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
+    auto len = static_cast<size_t>(p - msg);
+    if (directive == nullptr) {
+        auto* name = static_cast<ngx_str_t*>(cf->args->elts);
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%*s in \"%V\" directive", len, msg, &name[0]);
+    } else {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "%*s in \"%s\" directive in %s:%ui", len, msg, directive, file, line);
+    }
+}
+
+}  // namespace
+
+char* rl_conf_error(ngx_conf_t* cf, const char* fmt, ...) noexcept {
     va_list args;
     va_start(args, fmt);
-    u_char* p = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
+    conf_verror(cf, nullptr, nullptr, 0, fmt, args);
     va_end(args);
-    auto* name = static_cast<ngx_str_t*>(cf->args->elts);
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%*s in \"%V\" directive", static_cast<size_t>(p - msg), msg, &name[0]);
     return static_cast<char*>(NGX_CONF_ERROR);
 }
 
 void rl_conf_error_at(ngx_conf_t* cf, const char* directive, const u_char* file, ngx_uint_t line, const char* fmt,
                       ...) noexcept {
-    u_char msg[NGX_MAX_CONF_ERRSTR];
     va_list args;
     va_start(args, fmt);
-    u_char* p = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
+    conf_verror(cf, directive, file, line, fmt, args);
     va_end(args);
-    ngx_log_error(NGX_LOG_EMERG, cf->log, 0, "%*s in \"%s\" directive in %s:%ui", static_cast<size_t>(p - msg), msg,
-                  directive, file, line);
 }
 
 bool rl_no_duplicate_params(ngx_conf_t* cf, ngx_uint_t first) noexcept {

@@ -5,14 +5,18 @@
 
 #include "core/log_text.h"
 #include "core/rate.h"
-#include "ngx/delay.h"
+#include "ngx/metrics.h"
 #include "ngx/store.h"
-
-namespace {
+#include "ngx/tier.h"
 
 void rl_ctx_cleanup(void* data) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(data);
-    if (ctx->phase == RL_PHASE_DELAYED) rl_delay_abandoned(ctx);
+    if (ctx->phase == RL_PHASE_DELAYED) {
+        // The request ends while delayed (the client closed the connection): what its limits
+        // consumed goes back (limit_req keeps it).
+        ctx->phase = RL_PHASE_RETURNED;
+        rl_store_give_back(ctx);
+    }
     if (ctx->timer.timer_set) {
         ngx_del_timer(&ctx->timer);
     }
@@ -22,9 +26,23 @@ void rl_ctx_cleanup(void* data) noexcept {
     rl_store_end(ctx);
 }
 
-}  // namespace
+namespace {
 
-rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcept {
+// The cost of a `ratelimit` line for this request (quantity=N or quantity=$variable).
+int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* zone) {
+    if (limit.quantity_cv == nullptr) return limit.quantity;
+    ngx_str_t value;
+    if (ngx_http_complex_value(r, limit.quantity_cv, &value) != NGX_OK) return 1;
+    if (value.len == 0) return 1;
+    // A number too large for any limit is rejected by the algorithm (kNever), as is one
+    // above this limit's capacity; only what is not a number at all counts 1.
+    int64_t cost = rl::parse_cost(rl_sv(value));
+    if (cost >= 0) return cost;
+    rl_warn_value(r, zone, &zone->quantity_warned, "quantity", value, "counted as 1");
+    return 1;
+}
+
+rl_ctx_t* new_ctx(ngx_http_request_t* r, const rl_loc_conf_t* lcf) {
     // One allocation, the pool cleanup's own data, holds the context, the results, the
     // locking scratch, a result list and, in a tiered location, each request's own policies.
     ngx_uint_t n = lcf->applied->nelts;
@@ -48,31 +66,32 @@ rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcep
     return ctx;
 }
 
-rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept {
-    ngx_http_request_t* m = r->main;
-    auto* ctx = static_cast<rl_ctx_t*>(ngx_http_get_module_ctx(m, ngx_http_ratelimit_module));
-    if (ctx != nullptr) return ctx;
-    for (ngx_pool_cleanup_t* cln = m->pool->cleanup; cln; cln = cln->next) {
-        if (cln->handler == rl_ctx_cleanup) {
-            ctx = static_cast<rl_ctx_t*>(cln->data);
-            ngx_http_set_ctx(m, ctx, ngx_http_ratelimit_module);
-            return ctx;
-        }
-    }
-    return nullptr;
-}
+}  // namespace
 
-int64_t rl_request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* zone) noexcept {
-    if (limit.quantity_cv == nullptr) return limit.quantity;
-    ngx_str_t value;
-    if (ngx_http_complex_value(r, limit.quantity_cv, &value) != NGX_OK) return 1;
-    if (value.len == 0) return 1;
-    // A number too large for any limit is rejected by the algorithm (kNever), as is one
-    // above this limit's capacity; only what is not a number at all counts 1.
-    int64_t cost = rl::parse_cost(rl_sv(value));
-    if (cost >= 0) return cost;
-    rl_warn_value(r, zone, &zone->quantity_warned, "quantity", value, "counted as 1");
-    return 1;
+rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcept {
+    rl_ctx_t* ctx = new_ctx(r, lcf);
+    if (ctx == nullptr) return nullptr;
+    // One result per applied limit whose key is not empty (an empty key is exempt from its zone).
+    auto* applied = static_cast<rl_applied_t*>(lcf->applied->elts);
+    ngx_uint_t m = 0;
+    for (ngx_uint_t i = 0; i < lcf->applied->nelts; i++) {
+        ngx_str_t key;
+        if (ngx_http_complex_value(r, &applied[i].zone->key, &key) != NGX_OK) return nullptr;
+        if (key.len == 0) {
+            rl_metrics_count(applied[i].zone->metrics, RL_RESULT_EXEMPT);
+            continue;
+        }
+        rl_result_t& res = ctx->results[m++];
+        res = rl_result_t{};
+        res.applied = &applied[i];
+        res.policy = &applied[i].policy;
+        if (applied[i].tiered) res.policy = rl_tier_policy(r, applied[i], rl_ctx_policies(ctx) + (m - 1));
+        res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
+        res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
+        res.store = applied[i].zone->store->decide ? RL_STORE_SHM : RL_STORE_REDIS;
+    }
+    ctx->nresults = m;
+    return ctx;
 }
 
 void rl_warn_value(ngx_http_request_t* r, const rl_zone_t* zone, time_t* stamp, const char* what,

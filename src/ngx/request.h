@@ -91,11 +91,26 @@ struct rl_ctx_t {
 };
 
 // request.cpp
-// The request's context (results, scratch and tier policies in one allocation, held by a pool
-// cleanup that ends every store's wait when the request goes away); nullptr without memory.
+// A new request's context, with a result per applied limit whose key is not empty (its cost and
+// policy evaluated); results, scratch and tier policies in one allocation, held by a pool
+// cleanup that ends every store's wait when the request goes away. nullptr on error.
 rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcept;
+// The pool cleanup that holds the context.
+void rl_ctx_cleanup(void* data) noexcept;
 // The main request's context, found again after an internal redirect wiped the module's.
-rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) noexcept;
+inline rl_ctx_t* rl_get_ctx(ngx_http_request_t* r) {
+    ngx_http_request_t* m = r->main;
+    auto* ctx = static_cast<rl_ctx_t*>(ngx_http_get_module_ctx(m, ngx_http_ratelimit_module));
+    if (ctx != nullptr) return ctx;
+    for (ngx_pool_cleanup_t* cln = m->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == rl_ctx_cleanup) {
+            ctx = static_cast<rl_ctx_t*>(cln->data);
+            ngx_http_set_ctx(m, ctx, ngx_http_ratelimit_module);
+            return ctx;
+        }
+    }
+    return nullptr;
+}
 // Scratch room for the shared-memory pass: 2 * nresults pointers, then a result list of as many.
 inline void** rl_ctx_scratch(rl_ctx_t* ctx) { return reinterpret_cast<void**>(ctx->results + ctx->napplied); }
 inline rl_result_t** rl_ctx_list(rl_ctx_t* ctx) {
@@ -105,8 +120,6 @@ inline rl_result_t** rl_ctx_list(rl_ctx_t* ctx) {
 inline rl::Policy* rl_ctx_policies(rl_ctx_t* ctx) {
     return reinterpret_cast<rl::Policy*>(rl_ctx_list(ctx) + ctx->napplied);
 }
-// The cost of a `ratelimit` line for this request (quantity=N or quantity=$variable).
-int64_t rl_request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* zone) noexcept;
 // A value from outside (a variable) that is not valid for `what` of a zone: logged at warn
 // with the value sanitized, at most once a second per `stamp` (per zone and worker).
 void rl_warn_value(ngx_http_request_t* r, const rl_zone_t* zone, time_t* stamp, const char* what,

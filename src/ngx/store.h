@@ -66,17 +66,45 @@ void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
 // The slot of a result's key in its zone's table (zone locked), or nullptr when it cannot be used.
 rl::Slot* rl_store_slot(const rl_result_t& res) noexcept;
 
-// store.cpp: the request's stores, each asked once.
-// The results of one kind (res.store == `where`) as a list in `out`; returns their number.
-ngx_uint_t rl_store_select(rl_ctx_t* ctx, rl_store_e where, rl_result_t** out) noexcept;
-// Starts the stores' refills / remote decisions; returns how many stores the request waits for.
-ngx_uint_t rl_store_refill(rl_ctx_t* ctx) noexcept;
-ngx_uint_t rl_store_remote(rl_ctx_t* ctx) noexcept;
-void rl_store_timed_out(rl_ctx_t* ctx) noexcept;
-// Gives back what every store consumed for the request (shared memory at once, Redis by a
-// refund call).
-void rl_store_give_back(rl_ctx_t* ctx) noexcept;
-void rl_store_decided(rl_ctx_t* ctx) noexcept;
-void rl_store_end(rl_ctx_t* ctx) noexcept;
-// The store kinds, by index.
+// The store kinds, by index (store.cpp).
 extern const rl_store_t* const rl_stores[kRlStores];
+
+// Calls `op` on each store the request uses; adds up what it returns.
+template <typename Op>
+inline ngx_uint_t rl_store_each(const rl_ctx_t* ctx, Op op) {
+    ngx_uint_t sum = 0;
+    for (ngx_uint_t i = 0; i < kRlStores; i++) {
+        if (ctx->stores & (ngx_uint_t{1} << i)) sum += op(rl_stores[i]);
+    }
+    return sum;
+}
+
+// The results decided in one way (res.store == `where`) as a list in `out`; returns their number.
+inline ngx_uint_t rl_store_select(rl_ctx_t* ctx, rl_store_e where, rl_result_t** out) {
+    ngx_uint_t m = 0;
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        if (ctx->results[i].store == where) out[m++] = &ctx->results[i];
+    }
+    return m;
+}
+
+// The request's stores, each asked once. Refills and remote decisions return how many stores
+// the request now waits for.
+inline ngx_uint_t rl_store_refill(rl_ctx_t* ctx) {
+    return rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->refill && s->refill(ctx) > 0; });
+}
+inline ngx_uint_t rl_store_remote(rl_ctx_t* ctx) {
+    return rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->remote && s->remote(ctx) > 0; });
+}
+inline void rl_store_timed_out(rl_ctx_t* ctx) {
+    rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->timed_out ? s->timed_out(ctx), 0 : 0; });
+}
+inline void rl_store_decided(rl_ctx_t* ctx) {
+    rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->decided ? s->decided(ctx), 0 : 0; });
+}
+inline void rl_store_end(rl_ctx_t* ctx) {
+    rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->end ? s->end(ctx), 0 : 0; });
+}
+// Gives back what every store consumed for the request (shared memory at once, Redis by a
+// refund call) (store.cpp).
+void rl_store_give_back(rl_ctx_t* ctx) noexcept;

@@ -27,30 +27,15 @@ bool rl_tier_check_zone(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy* dflt)
         rl_conf_error(cf, "a variable \"rate\" requires \"default_rate\" in ratelimit zone \"%V\"", &zone->name);
         return false;
     }
-    if (zone->algo_set && zone->policy.algo == rl::Algo::log) {
-        rl_conf_error(cf,
-                      "the \"log\" algorithm cannot take a variable \"rate\" (its memory per key depends on the rate) "
-                      "in ratelimit zone \"%V\"", &zone->name);
-        return false;
-    }
     zone->policy.requests = dflt->requests;
     zone->policy.period_us = dflt->period_us;
     return true;
 }
 
-bool rl_tier_check_applied(ngx_conf_t* cf, rl_applied_t* applied) noexcept {
-    const rl_zone_t* zone = applied->zone;
-    const rl_limit_t* limit = applied->limit;
+void rl_tier_check_applied(rl_applied_t* applied) noexcept {
     // A burst on the `ratelimit` line replaces the zone's, variable or not.
-    applied->tiered = zone->rate_cv != nullptr || (zone->burst_cv != nullptr && !limit->burst_set);
-    if (zone->rate_cv != nullptr && applied->policy.algo == rl::Algo::log) {
-        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                      "the \"log\" algorithm cannot take the variable rate of zone \"%V\" (its memory per key depends "
-                      "on the rate) in \"ratelimit\" directive in %s:%ui",
-                      &zone->name, limit->file, limit->line);
-        return false;
-    }
-    return true;
+    const rl_zone_t* zone = applied->zone;
+    applied->tiered = zone->rate_cv != nullptr || (zone->burst_cv != nullptr && !applied->limit->burst_set);
 }
 
 const rl::Policy* rl_tier_policy(ngx_http_request_t* r, const rl_applied_t& applied, rl::Policy* out) noexcept {

@@ -150,11 +150,6 @@ bool check_sync(ngx_conf_t* cf, rl_zone_t* zone, const ngx_str_t& sync_arg, bool
                       &zone->name, zone->policy.period_us / 1000);
         return false;
     }
-    if (zone->algo_set && zone->policy.algo == rl::Algo::log) {
-        rl_conf_error(cf, "the \"log\" algorithm cannot be synced (ratelimit zone \"%V\"): it keeps every "
-                      "request's time, not counts that hosts can add; use \"sliding\"", &zone->name);
-        return false;
-    }
     if (!mode_set) zone->sync_mode = RL_SYNC_OPTIMISTIC;
     zone->sync_policies = ngx_array_create(cf->pool, 2, sizeof(rl::Policy));
     return zone->sync_policies != nullptr;
@@ -175,17 +170,15 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     zone->line = cf->conf_file->line;
     // The name appears in response headers and Redis keys: keep it short, in a safe alphabet.
     if (zone->name.len > rl::kMaxZoneLen) {
-        rl_conf_error(cf, "zone name \"%V\" is too long (%uz bytes at most)", &zone->name,
+        return rl_conf_error(cf, "zone name \"%V\" is too long (%uz bytes at most)", &zone->name,
                            rl::kMaxZoneLen);
-        return static_cast<char*>(NGX_CONF_ERROR);
     }
     for (size_t i = 0; i < zone->name.len; i++) {
         u_char ch = zone->name.data[i];
         if (!(isalnum(ch) || ch == '_' || ch == '-' || ch == '.')) {
-            rl_conf_error(cf,
+            return rl_conf_error(cf,
                                "invalid zone name \"%V\": only letters, digits, \"_\", \"-\" and \".\" are allowed",
                                &zone->name);
-            return static_cast<char*>(NGX_CONF_ERROR);
         }
     }
 
@@ -210,27 +203,23 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                 zone->rate_cv = rl_complex_value(cf, &v);
                 if (zone->rate_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
             } else if (!rl::parse_rate(rl_sv(v), zone->policy.requests, zone->policy.period_us)) {
-                rl_conf_error(cf, "invalid rate \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid rate \"%V\"", &a);
             }
             have_rate = true;
         } else if (rl_arg(a, "default_rate=", v)) {
             // A variable rate's fallback: the zone's policy once the loop knows rate= is one.
             if (!rl::parse_rate(rl_sv(v), dflt.requests, dflt.period_us)) {
-                rl_conf_error(cf, "invalid default_rate \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid default_rate \"%V\"", &a);
             }
             have_default = true;
         } else if (rl_arg(a, "requests=", v)) {
             if (!rl::parse_int(rl_sv(v), 1, rl::kMaxRequests, zone->policy.requests)) {
-                rl_conf_error(cf, "invalid requests \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid requests \"%V\"", &a);
             }
             have_requests = true;
         } else if (rl_arg(a, "period=", v)) {
             if (!rl::parse_duration(rl_sv(v), zone->policy.period_us)) {
-                rl_conf_error(cf, "invalid period \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid period \"%V\"", &a);
             }
             have_period = true;
         } else if (rl_arg(a, "burst=", v)) {
@@ -238,31 +227,26 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                 zone->burst_cv = rl_complex_value(cf, &v);
                 if (zone->burst_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
             } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, zone->policy.burst)) {
-                rl_conf_error(cf, "invalid burst \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid burst \"%V\"", &a);
             }
             zone->burst_set = true;
         } else if (rl_arg(a, "size=", v)) {
             ssize_t n = ngx_parse_size(&v);
             if (n == NGX_ERROR) {
-                rl_conf_error(cf, "invalid size \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid size \"%V\"", &a);
             }
             if (n < static_cast<ssize_t>(8 * ngx_pagesize)) {
-                rl_conf_error(cf, "zone \"%V\" is too small", &zone->name);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "zone \"%V\" is too small", &zone->name);
             }
             size = static_cast<size_t>(n);
         } else if (rl_arg(a, "redis=", v)) {
             zone->redis_name = v;
             if (zone->redis_name.len == 0) {
-                rl_conf_error(cf, "invalid parameter \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid parameter \"%V\"", &a);
             }
         } else if (rl_arg(a, "sync=", v)) {
             if (!rl::parse_duration(rl_sv(v), zone->sync_us) || zone->sync_us <= 0) {
-                rl_conf_error(cf, "invalid sync interval \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid sync interval \"%V\"", &a);
             }
             sync_arg = a;
         } else if (rl_arg(a, "sync_mode=", v)) {
@@ -271,45 +255,38 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             } else if (rl_sv(v) == "lease") {
                 zone->sync_mode = RL_SYNC_LEASE;
             } else {
-                rl_conf_error(cf, "invalid sync_mode \"%V\", it must be \"optimistic\" or \"lease\"", &v);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid sync_mode \"%V\", it must be \"optimistic\" or \"lease\"", &v);
             }
             mode_set = true;
         } else if (rl_arg(a, "algo=", v)) {
             if (!rl::parse_algo(rl_sv(v), zone->policy.algo)) {
-                rl_conf_error(cf, "invalid algorithm \"%V\"", &v);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid algorithm \"%V\"", &v);
             }
             zone->algo_set = true;
         } else {
-            rl_conf_error(cf, "invalid parameter \"%V\"", &a);
-            return static_cast<char*>(NGX_CONF_ERROR);
+            return rl_conf_error(cf, "invalid parameter \"%V\"", &a);
         }
     }
 
     if (!have_key) {
-        rl_conf_error(cf, "\"key\" is required in ratelimit zone \"%V\"", &zone->name);
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "\"key\" is required in ratelimit zone \"%V\"", &zone->name);
     }
     if (have_rate == (have_requests && have_period) || have_requests != have_period) {
-        rl_conf_error(cf,
+        return rl_conf_error(cf,
                            "\"rate\" or \"requests\" and \"period\" are required in ratelimit zone \"%V\", "
                            "not both", &zone->name);
-        return static_cast<char*>(NGX_CONF_ERROR);
     }
     if (!rl_tier_check_zone(cf, zone, have_default ? &dflt : nullptr)) return static_cast<char*>(NGX_CONF_ERROR);
     if (zone->algo_set && zone->burst_set && !rl::is_bucket(zone->policy.algo)) {
         std::string_view name = rl::algo_name(zone->policy.algo);
         ngx_str_t algo{name.size(), reinterpret_cast<u_char*>(const_cast<char*>(name.data()))};
-        rl_conf_error(cf, "\"burst\" is not supported by the \"%V\" algorithm", &algo);
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "\"burst\" is not supported by the \"%V\" algorithm", &algo);
     }
 
     rl::Policy check = zone->policy;
     if (!zone->algo_set) check.algo = rl::Algo::gcra;
     if (const char* why = rl::finish_policy(check)) {
-        rl_conf_error(cf, "ratelimit zone \"%V\": %s", &zone->name, why);
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "ratelimit zone \"%V\": %s", &zone->name, why);
     }
 
     if (!check_sync(cf, zone, sync_arg, mode_set)) return static_cast<char*>(NGX_CONF_ERROR);
@@ -321,8 +298,7 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     ngx_shm_zone_t* shm_zone = ngx_shared_memory_add(cf, &zone->name, size, &ngx_http_ratelimit_module);
     if (shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
     if (shm_zone->data != nullptr) {
-        rl_conf_error(cf, "duplicate zone \"%V\"", &zone->name);
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "duplicate zone \"%V\"", &zone->name);
     }
     zone->shm_zone = shm_zone;
     shm_zone->init = rl_init_zone;
@@ -331,28 +307,41 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     if (all == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
     *all = zone;
 
-    if (zone->algo_set && zone->policy.algo == rl::Algo::log && !rl_zone_check_log_fits(cf, zone, zone->policy, nullptr)) {
+    if (zone->algo_set && zone->policy.algo == rl::Algo::log && !rl_zone_check_log(cf, zone, zone->policy, nullptr)) {
         return static_cast<char*>(NGX_CONF_ERROR);
     }
     return NGX_CONF_OK;
 }
 
-bool rl_zone_check_log_fits(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy,
-                            const rl_limit_t* where) noexcept {
+namespace {
+
+// A configuration error at the directive being read, or at the `ratelimit` line `where`.
+template <typename... Args>
+bool refuse(ngx_conf_t* cf, const rl_limit_t* where, const char* fmt, Args... args) {
+    rl_conf_error_at(cf, where ? "ratelimit" : nullptr, where ? where->file : nullptr, where ? where->line : 0, fmt,
+                     args...);
+    return false;
+}
+
+}  // namespace
+
+bool rl_zone_check_log(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy, const rl_limit_t* where) noexcept {
+    if (zone->sync_us != 0) {
+        return refuse(cf, where, "the \"log\" algorithm cannot be synced (ratelimit zone \"%V\"): it keeps every "
+                      "request's time, not counts that hosts can add; use \"sliding\"", &zone->name);
+    }
+    if (zone->rate_cv != nullptr) {
+        return refuse(cf, where, where ? "the \"log\" algorithm cannot take the variable rate of zone \"%V\" (its "
+                                         "memory per key depends on the rate)"
+                                       : "the \"log\" algorithm cannot take a variable \"rate\" (its memory per key "
+                                         "depends on the rate) in ratelimit zone \"%V\"",
+                      &zone->name);
+    }
     zone->uses_log = true;
     uint32_t slot = rl::slot_size_for(rl::ring_bytes(policy));
     if (rl::table_capacity(usable_bytes(zone->shm_zone->shm.size), slot) > 0) return true;
-    if (where == nullptr) {
-        rl_conf_error(cf,
-                           "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key)",
-                           &zone->name, policy.requests, slot);
-    } else {
-        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                      "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key) in \"ratelimit\" "
-                      "directive in %s:%ui",
-                      &zone->name, policy.requests, slot, where->file, where->line);
-    }
-    return false;
+    return refuse(cf, where, "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key)",
+                  &zone->name, policy.requests, slot);
 }
 
 bool rl_zone_resolve(ngx_conf_t* cf, rl_zone_t* zone, rl_main_conf_t* mcf) noexcept {

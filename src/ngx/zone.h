@@ -5,9 +5,10 @@
 #include "ngx/conf.h"
 
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
-// Whether a key's log ring for `policy` fits the zone; logs the error at the `ratelimit` line
-// `where` (or at the directive being read when nullptr) if not.
-bool rl_zone_check_log_fits(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy,
-                            const rl_limit_t* where) noexcept;
+// The log algorithm for `zone` under `policy`, checked here once for the zone's own algo= and for
+// each `ratelimit` line that applies it (`where`): refused with sync= (hosts add counts, not
+// every request's time) and with a variable rate (its memory per key depends on the rate), and
+// its ring must fit the zone. Errors name the directive being read, or the line `where`.
+bool rl_zone_check_log(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy, const rl_limit_t* where) noexcept;
 // Once the http block is read: each zone's redis= names a ratelimit_redis, and its store.
 bool rl_zone_resolve(ngx_conf_t* cf, rl_zone_t* zone, rl_main_conf_t* mcf) noexcept;

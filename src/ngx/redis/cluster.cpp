@@ -38,9 +38,9 @@ rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long por
     bool v6 = host.find(':') != std::string_view::npos;
     u_char* end = ngx_snprintf(text, sizeof(text), v6 ? "[%*s]:%L" : "%*s:%L", host.size(), host.data(), port);
     size_t len = static_cast<size_t>(end - text);
-    for (ngx_uint_t i = 0; i < redis->nnodes; i++) {
-        const ngx_str_t& name = redis->nodes[i]->conn.addr.name;
-        if (name.len == len && ngx_strncmp(name.data, text, len) == 0) return redis->nodes[i];
+    for (ngx_uint_t i = 0; i < redis->nodes.n; i++) {
+        const ngx_str_t& name = redis->nodes.elts[i]->conn.addr.name;
+        if (name.len == len && ngx_strncmp(name.data, text, len) == 0) return redis->nodes.elts[i];
     }
     ngx_addr_t addr;
     ngx_memzero(&addr, sizeof(addr));
@@ -54,26 +54,14 @@ rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long por
     if (addr.name.data == nullptr) return nullptr;
     ngx_memcpy(addr.name.data, text, len);
     addr.name.len = len;
-    if (redis->nnodes == redis->nodes_cap) {
-        ngx_uint_t cap = redis->nodes_cap * 2;
-        auto** nodes = static_cast<rl_redis_node_t**>(ngx_alloc(cap * sizeof(rl_redis_node_t*), redis->conn.log));
-        if (nodes == nullptr) return nullptr;
-        ngx_memcpy(nodes, redis->nodes, redis->nnodes * sizeof(rl_redis_node_t*));
-        ngx_free(redis->nodes);
-        redis->nodes = nodes;
-        redis->nodes_cap = cap;
-    }
-    rl_redis_node_t* node = rl_node_create(redis, addr);
-    if (node == nullptr) return nullptr;
-    redis->nodes[redis->nnodes++] = node;
-    return node;
+    return rl_node_add(redis, addr);
 }
 
 ngx_uint_t index_of(rl_redis_t* redis, rl_redis_node_t* node) {
-    for (ngx_uint_t i = 0; i < redis->nnodes; i++) {
-        if (redis->nodes[i] == node) return i;
+    for (ngx_uint_t i = 0; i < redis->nodes.n; i++) {
+        if (redis->nodes.elts[i] == node) return i;
     }
-    return redis->nnodes;
+    return redis->nodes.n;
 }
 
 // CLUSTER SLOTS: [[start, end, [host, port, id, ...], replicas...], ...]
@@ -125,8 +113,8 @@ void ask_map(rl_redis_t* redis) {
     if (cl->asking_map) return;
     static const char kCommand[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
     // Ask the known nodes in turn: a dead one fails the op at once and the next is asked soon.
-    for (ngx_uint_t tries = 0; tries < redis->nnodes; tries++) {
-        rl_redis_node_t* node = redis->nodes[cl->next++ % redis->nnodes];
+    for (ngx_uint_t tries = 0; tries < redis->nodes.n; tries++) {
+        rl_redis_node_t* node = redis->nodes.elts[cl->next++ % redis->nodes.n];
         if (rl_conn_send(&node->conn, reinterpret_cast<const u_char*>(kCommand), sizeof(kCommand) - 1, on_map, redis, 0)) {
             cl->asking_map = 1;
             return;
@@ -152,9 +140,9 @@ bool rl_cluster_init(rl_redis_t* redis) noexcept {
 rl_redis_node_t* rl_cluster_route(rl_redis_t* redis, uint16_t slot) noexcept {
     rl_cluster_t* cl = state_of(redis);
     uint16_t ref = cl->slots[slot];
-    if (ref != 0) return redis->nodes[ref - 1];
+    if (ref != 0) return redis->nodes.elts[ref - 1];
     // Unknown slot (the map is not in yet): any node answers with a MOVED to the right one.
-    return redis->nodes[slot % redis->nnodes];
+    return redis->nodes.elts[slot % redis->nodes.n];
 }
 
 void rl_cluster_refresh_soon(rl_redis_t* redis) noexcept {

@@ -163,8 +163,7 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     if (redis->addrs == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
 
     if (rl_redis_find(mcf, redis->name) != nullptr) {
-        rl_conf_error(cf, "duplicate ratelimit_redis \"%V\"", &redis->name);
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "duplicate ratelimit_redis \"%V\"", &redis->name);
     }
 
     bool connect_timeout_set = false;
@@ -180,61 +179,51 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         } else if (rl_arg(a, "database=", v)) {
             redis->database = ngx_atoi(v.data, v.len);
             if (redis->database == NGX_ERROR || redis->database > 1000000) {
-                rl_conf_error(cf, "invalid database \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid database \"%V\"", &a);
             }
         } else if (rl_arg(a, "timeout=", v)) {
             if (!parse_msec(v, redis->timeout) || redis->timeout == 0) {
-                rl_conf_error(cf, "invalid timeout \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid timeout \"%V\"", &a);
             }
         } else if (rl_arg(a, "connect_timeout=", v)) {
             if (!parse_msec(v, redis->connect_timeout) || redis->connect_timeout == 0) {
-                rl_conf_error(cf, "invalid connect_timeout \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid connect_timeout \"%V\"", &a);
             }
             connect_timeout_set = true;
         } else if (rl_arg(a, "prefix=", v)) {
             // Keys are laid out as prefix{zone:hash}: a brace in the prefix would move the hash tag.
             if (ngx_strlchr(v.data, v.data + v.len, '{') || ngx_strlchr(v.data, v.data + v.len, '}')) {
-                rl_conf_error(cf, "invalid prefix \"%V\": braces are not allowed", &v);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid prefix \"%V\": braces are not allowed", &v);
             }
             redis->prefix = v;
         } else if (rl_arg(a, "max_pending=", v)) {
             ngx_int_t n = ngx_atoi(v.data, v.len);
             if (n == NGX_ERROR || n < 1) {
-                rl_conf_error(cf, "invalid max_pending \"%V\"", &a);
-                return static_cast<char*>(NGX_CONF_ERROR);
+                return rl_conf_error(cf, "invalid max_pending \"%V\"", &a);
             }
             redis->max_pending = static_cast<ngx_uint_t>(n);
         } else if (ngx_strlchr(a.data, a.data + a.len, '=') != nullptr && ngx_strncmp(a.data, "unix:", 5) != 0) {
-            rl_conf_error(cf, "invalid parameter \"%V\"", &a);
-            return static_cast<char*>(NGX_CONF_ERROR);
+            return rl_conf_error(cf, "invalid parameter \"%V\"", &a);
         } else {
             if (!redis->cluster && redis->addrs->nelts == 1) {
-                rl_conf_error(cf,
+                return rl_conf_error(cf,
                                    "ratelimit_redis \"%V\" has more than one address: use \"cluster\" for seed nodes",
                                    &redis->name);
-                return static_cast<char*>(NGX_CONF_ERROR);
             }
             if (!parse_address(cf, a, redis)) return static_cast<char*>(NGX_CONF_ERROR);
         }
     }
     if (redis->addrs->nelts == 0) {
-        rl_conf_error(cf, "ratelimit_redis \"%V\" needs an address", &redis->name);
-        return static_cast<char*>(NGX_CONF_ERROR);
+        return rl_conf_error(cf, "ratelimit_redis \"%V\" needs an address", &redis->name);
     }
     if (redis->username.len && !redis->password.len) {
-        rl_conf_error(cf, "ratelimit_redis \"%V\": \"username\" needs \"password\"",
+        return rl_conf_error(cf, "ratelimit_redis \"%V\": \"username\" needs \"password\"",
                            &redis->name);
-        return static_cast<char*>(NGX_CONF_ERROR);
     }
     if (!connect_timeout_set && redis->connect_timeout < redis->timeout) redis->connect_timeout = redis->timeout;
     if (redis->cluster && redis->database) {
-        rl_conf_error(cf, "ratelimit_redis \"%V\": a cluster has only database 0",
+        return rl_conf_error(cf, "ratelimit_redis \"%V\": a cluster has only database 0",
                            &redis->name);
-        return static_cast<char*>(NGX_CONF_ERROR);
     }
 
     auto** slot = static_cast<rl_redis_t**>(ngx_array_push(&mcf->redis));
@@ -272,13 +261,9 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
         ngx_queue_init(&redis->free_batches);
         if (!build_handshake(cycle->pool, redis)) return NGX_ERROR;
         auto* addrs = static_cast<ngx_addr_t*>(redis->addrs->elts);
-        redis->nodes_cap = redis->addrs->nelts + 8;
-        redis->nodes = static_cast<rl_redis_node_t**>(ngx_calloc(redis->nodes_cap * sizeof(rl_redis_node_t*), cycle->log));
-        if (redis->nodes == nullptr) return NGX_ERROR;
         for (ngx_uint_t k = 0; k < redis->addrs->nelts; k++) {
-            rl_redis_node_t* node = rl_node_create(redis, addrs[k]);
+            rl_redis_node_t* node = rl_node_add(redis, addrs[k]);
             if (node == nullptr) return NGX_ERROR;
-            redis->nodes[redis->nnodes++] = node;
             rl_conn_usable(&node->conn);  // connect now rather than on the first request
         }
         if (redis->cluster && !rl_cluster_init(redis)) return NGX_ERROR;
@@ -291,6 +276,6 @@ void rl_redis_exit_process(ngx_cycle_t* cycle) noexcept {
     if (mcf == nullptr) return;
     auto** all = static_cast<rl_redis_t**>(mcf->redis.elts);
     for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
-        for (ngx_uint_t k = 0; k < all[i]->nnodes; k++) rl_conn_close(&all[i]->nodes[k]->conn);
+        for (ngx_uint_t k = 0; k < all[i]->nodes.n; k++) rl_conn_close(&all[i]->nodes.elts[k]->conn);
     }
 }

@@ -3,6 +3,7 @@
 // share on it.
 #pragma once
 
+#include "ngx/array.h"
 #include "ngx/conf.h"
 #include "ngx/redis/conn.h"
 
@@ -25,9 +26,7 @@ struct rl_redis_t {
     // Per worker, from init_process on.
     rl_conn_shared_t conn;    // what its connections share: settings, callbacks, error log
     ngx_pool_t* pool;         // the cycle's: addresses of cluster nodes found at run time
-    rl_redis_node_t** nodes;
-    ngx_uint_t nnodes;
-    ngx_uint_t nodes_cap;
+    rl_array_t<rl_redis_node_t*> nodes;  // its servers (node.cpp): a cluster's grow as they are found
     ngx_queue_t free_batches; // request.cpp
     void* scratch;            // for building commands and reading replies (node.cpp)
     size_t scratch_size;

@@ -19,9 +19,14 @@ void code_loaded(rl_conn_op_t* op, redisReply* reply) noexcept {
 
 }  // namespace
 
-rl_redis_node_t* rl_node_create(rl_redis_t* redis, const ngx_addr_t& addr) noexcept {
-    auto* node = static_cast<rl_redis_node_t*>(ngx_calloc(sizeof(rl_redis_node_t), redis->conn.log));
-    if (node == nullptr) return nullptr;
+rl_redis_node_t* rl_node_add(rl_redis_t* redis, const ngx_addr_t& addr) noexcept {
+    rl_redis_node_t** slot = redis->nodes.push(redis->conn.log);
+    auto* node = slot ? static_cast<rl_redis_node_t*>(ngx_calloc(sizeof(rl_redis_node_t), redis->conn.log)) : nullptr;
+    if (node == nullptr) {
+        if (slot != nullptr) redis->nodes.n--;
+        return nullptr;
+    }
+    *slot = node;
     node->redis = redis;
     ngx_queue_init(&node->queued);
     rl_conn_init(&node->conn, &redis->conn, addr, node);

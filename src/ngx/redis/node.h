@@ -18,7 +18,9 @@ struct rl_redis_node_t {
     unsigned scripts:1;    // the server took no FUNCTION LOAD (before Redis 7): EVALSHA instead
 };
 
-rl_redis_node_t* rl_node_create(rl_redis_t* redis, const ngx_addr_t& addr) noexcept;
+// A new server of the ratelimit_redis (its address, its connection not yet up); nullptr
+// without memory.
+rl_redis_node_t* rl_node_add(rl_redis_t* redis, const ngx_addr_t& addr) noexcept;
 // The connection failed (after its owner failed what it had queued).
 void rl_node_failed(rl_redis_node_t* node) noexcept;
 // How the node runs the Lua, as its handshake found out.

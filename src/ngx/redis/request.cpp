@@ -324,7 +324,7 @@ rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint1
     call->ctx = ctx;
     call->redis = redis;
     call->slot = slot;
-    call->node = redis->cluster ? rl_cluster_route(redis, slot) : redis->nodes[0];
+    call->node = redis->cluster ? rl_cluster_route(redis, slot) : redis->nodes.elts[0];
     return call;
 }
 
@@ -333,17 +333,16 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ngx_http_request_t* r = ctx->r;
     ngx_uint_t n = ctx->nresults;
     // At most one call per result; each result's index goes into exactly one call.
-    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t)));
-    auto* calls = static_cast<rl_call_t*>(ngx_pcalloc(r->pool, n * sizeof(rl_call_t)));
+    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
     auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(r->pool, n * sizeof(ngx_uint_t)));
     auto* slots = static_cast<uint16_t*>(ngx_palloc(r->pool, n * sizeof(uint16_t)));
-    if (cs == nullptr || calls == nullptr || indices == nullptr || slots == nullptr) {
+    if (cs == nullptr || indices == nullptr || slots == nullptr) {
         for (ngx_uint_t i = 0; i < n; i++) {
             if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_FAILED;
         }
         return 0;
     }
-    cs->calls = calls;
+    cs->calls = reinterpret_cast<rl_call_t*>(cs + 1);
     ctx->store_data[kIndex] = cs;
     for (ngx_uint_t i = 0; i < n; i++) {
         const rl_result_t& res = ctx->results[i];
@@ -382,15 +381,21 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     return cs->waiting;
 }
 
-// Stops waiting: the request is gone or timed out; late replies are dropped. Calls still in
-// flight stay known until redis_decided, so that redis_give_back can arm a refund for a late
-// admission of a request that was rejected meanwhile.
-void redis_end(rl_ctx_t* ctx) noexcept {
+// Stops waiting: the request is gone, or its timeout passed (logged, rate limited); late
+// replies are dropped. Calls still in flight stay known until redis_decided, so that
+// redis_give_back can arm a refund for a late admission of a request that was rejected meanwhile.
+void abandon(rl_ctx_t* ctx, bool timed_out) {
     rl_calls_t* cs = calls_of(ctx);
     if (cs == nullptr) return;
     for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
         rl_call_t* call = &cs->calls[k];
         if (call->state != RL_CALL_PENDING) continue;
+        if (timed_out) {
+            rl_redis_t* redis = call->redis;
+            rl_metrics_redis_error(redis->conn.metrics, RL_REDIS_ERR_TIMEOUT);
+            rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: timed out: no reply within %M ms, "
+                               "on_error applies", &redis->name, &call->node->conn.addr.name, redis->timeout);
+        }
         if (call->batch != nullptr) {
             // In flight: its group's reply is dropped, unless redis_give_back arms a late
             // refund right away (call->batch is kept only for that).
@@ -404,20 +409,9 @@ void redis_end(rl_ctx_t* ctx) noexcept {
     cs->waiting = 0;
 }
 
-// The request's timeout passed: logged (rate limited), and what is pending is abandoned.
-void redis_timed_out(rl_ctx_t* ctx) noexcept {
-    rl_calls_t* cs = calls_of(ctx);
-    if (cs == nullptr) return;
-    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
-        rl_call_t* call = &cs->calls[k];
-        if (call->state != RL_CALL_PENDING) continue;
-        rl_redis_t* redis = call->redis;
-        rl_metrics_redis_error(redis->conn.metrics, RL_REDIS_ERR_TIMEOUT);
-        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: timed out: no reply within %M ms, on_error "
-                           "applies", &redis->name, &call->node->conn.addr.name, redis->timeout);
-    }
-    redis_end(ctx);
-}
+void redis_end(rl_ctx_t* ctx) noexcept { abandon(ctx, false); }
+
+void redis_timed_out(rl_ctx_t* ctx) noexcept { abandon(ctx, true); }
 
 // Gives back what the Redis calls of a rejected request consumed.
 void redis_give_back(rl_ctx_t* ctx) noexcept {

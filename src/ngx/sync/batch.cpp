@@ -333,7 +333,7 @@ bool plan_calls(rl_sync_batch_t* b) {
         call->slot = b->items.elts[i].slot;
         while (i < b->items.n && i - call->first < kRlSyncItemsPerCall && b->items.elts[i].slot == call->slot) i++;
         call->n = i - call->first;
-        call->node = redis->cluster ? rl_cluster_route(redis, call->slot) : redis->nodes[0];
+        call->node = redis->cluster ? rl_cluster_route(redis, call->slot) : redis->nodes.elts[0];
     }
     return true;
 }

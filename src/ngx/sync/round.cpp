@@ -57,7 +57,7 @@ void send_heartbeat(rl_sync_zone_t* zs) {
     rl_sync_shm_t* h = zs->zone->sync_shm;
     std::string_view prefix = rl_sv(redis->prefix), name = rl_sv(zs->zone->name);
     std::string_view id(reinterpret_cast<const char*>(h->host_id), h->host_id_len);
-    rl_redis_node_t* node = redis->nodes[0];
+    rl_redis_node_t* node = redis->nodes.elts[0];
     if (redis->cluster) {
         char key[512];
         if (rl::hosts_key_len(prefix, name) > sizeof(key)) return;  // prefix and name are short in practice
