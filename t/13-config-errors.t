@@ -328,6 +328,12 @@ C
     ['N/TIME rate above a year', <<'C', qr/invalid rate "rate=10\/367d"/],
     ratelimit_zone z key=$arg_k rate=10/367d;   # BAD
 C
+    ['N/TIME rate of 53 weeks', <<'C', qr/invalid rate "rate=10\/53w"/],
+    ratelimit_zone z key=$arg_k rate=10/53w;   # BAD
+C
+    ['period of a year and two days', <<'C', qr/invalid period "period=1y2d"/],
+    ratelimit_zone z key=$arg_k requests=10 period=1y2d;   # BAD
+C
 );
 
 for my $c (@cases) {
@@ -353,6 +359,7 @@ for my $good (
     ['tiers', 'ratelimit_zone z key=$arg_k rate=$http_x_rate default_rate=100/15m burst=$http_x_burst; ratelimit_zone w key=$arg_k rate=${arg_n}r/m default_rate=1r/m algo=sliding;'],
     ['a static burst on the line of a tiered zone', 'ratelimit_zone z key=$arg_k rate=$arg_r default_rate=1r/s burst=$arg_b; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit zone=z burst=3; empty_gif; } }'],
     ['N/TIME rates', 'ratelimit_zone a key=$arg_k rate=100/15m; ratelimit_zone b key=$arg_k rate=5/1h30m; ratelimit_zone c key=$arg_k rate=1/366d;'],
+    ["nginx's time units up to a year", 'ratelimit_zone a key=$arg_k rate=1/1w; ratelimit_zone b key=$arg_k rate=1/52w; ratelimit_zone c key=$arg_k rate=1/1M; ratelimit_zone d key=$arg_k rate=1/1y; ratelimit_zone e key=$arg_k requests=3 period=1y1d; ratelimit_zone f key=$arg_k rate=1/1M2w3d;'],
 ) {
     my ($rc, $out) = nginx_t($good->[1]);
     is($rc, 0, "$good->[0]: accepted") or diag($out);

@@ -254,7 +254,7 @@ is(rv('round_trip_seconds_count', $odd), 10, 'round trips: one per script run');
 is(rv('round_trip_seconds_bucket', $odd, le => '+Inf'), 10, 'round trips: +Inf bucket = count');
 ok(rv('round_trip_seconds_sum', $odd) > 0, 'round trips: a sum');
 is(rv('in_flight', $odd), 0, 'nothing in flight once answered');
-is(rv('errors_total', $odd, reason => $_), 0, "no $_ error on a healthy Redis") for qw(timeout refused reset protocol error_reply overflow);
+is(rv('errors_total', $odd, reason => $_), 0, "no $_ error on a healthy Redis") for qw(timeout refused reset protocol error_reply overflow out_of_bounds);
 ok(rv('errors_total', 'down', reason => 'refused') >= 1, 'nothing listening: refused')
   or diag(join "\n", map { "$_ $v->{$_}" } grep { /down/ } sort keys %$v);
 ok(rv('reconnects_total', 'down') >= 1, 'nothing listening: reconnects');

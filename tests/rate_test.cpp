@@ -110,6 +110,10 @@ TEST(ParseRate, RequestsPerDuration) {
     EXPECT_EQ(r.requests, rl::kMaxRequests);
     EXPECT_EQ(r.period_us, rl::kMaxPeriodUs);
 
+    for (const char* s : {"1/1w", "1/52w", "1/1M", "1/1y", "1/366d"}) EXPECT_TRUE(rate(s).ok) << s;
+    EXPECT_EQ(rate("1/1y").period_us, 365 * 86400 * kSec);
+    EXPECT_FALSE(rate("1/53w").ok);
+
     // The unit forms and their duration spelling agree.
     EXPECT_EQ(rate("60/1h").period_us, rate("60r/h").period_us);
     EXPECT_EQ(rate("10/1s").period_us, rate("10r/s").period_us);
@@ -135,6 +139,31 @@ TEST(ParseDuration, SingleUnits) {
     EXPECT_EQ(dur("15m"), 15 * 60 * kSec);
     EXPECT_EQ(dur("1h"), 3600 * kSec);
     EXPECT_EQ(dur("2d"), 2 * 86400 * kSec);
+}
+
+// nginx's larger units (ngx_parse_time): w, M (30 days), y (365 days), within the year bound.
+TEST(ParseDuration, WeeksMonthsYears) {
+    const int64_t day = 86400 * kSec;
+    EXPECT_EQ(dur("1w"), 7 * day);
+    EXPECT_EQ(dur("52w"), 364 * day);
+    EXPECT_EQ(dur("1M"), 30 * day);
+    EXPECT_EQ(dur("12M"), 360 * day);
+    EXPECT_EQ(dur("1y"), 365 * day);
+    EXPECT_EQ(dur("1y1d"), rl::kMaxPeriodUs);
+    EXPECT_EQ(dur("1y24h"), rl::kMaxPeriodUs);
+    EXPECT_EQ(dur("1M2w3d4h"), (30 + 14 + 3) * day + 4 * 3600 * kSec);
+    EXPECT_EQ(dur("52w2d"), rl::kMaxPeriodUs);
+    EXPECT_EQ(dur("1y1d1ms"), -1);  // beyond the year bound
+    EXPECT_EQ(dur("1y2d"), -1);
+    EXPECT_EQ(dur("53w"), -1);
+    EXPECT_EQ(dur("13M"), -1);
+    EXPECT_EQ(dur("2y"), -1);
+    EXPECT_EQ(dur("1w1y"), -1);  // largest first, each once
+    EXPECT_EQ(dur("1d1w"), -1);
+    EXPECT_EQ(dur("1M1y"), -1);
+    EXPECT_EQ(dur("1w1w"), -1);
+    EXPECT_EQ(dur("1y1M1w1d1h1m1s1ms"), -1);  // every unit in order, but beyond the bound
+    EXPECT_EQ(dur("11M1w1d1h1m1s1ms"), (330 + 7 + 1) * day + 3661 * kSec + rl::kUsPerMs);
 }
 
 TEST(ParseDuration, BareNumberIsSeconds) {
@@ -195,7 +224,7 @@ TEST(ParseDuration, RejectsOverflow) {
 
 TEST(ParseDuration, RejectsJunk) {
     for (const char* s : {"", "s", "ms", "h1", "1x", "1 h", " 1h", "1h ", "-1s", "+1s", "1.5s", "1sm", "1mss",
-                          "1M", "1y", "1w", "1H", "1hh", "1h30m ", "1h 30m", "abc", "m30", "1e3", "0x10"}) {
+                          "1H", "1W", "1Y", "1D", "1mo", "1hh", "1h30m ", "1h 30m", "abc", "m30", "1e3", "0x10"}) {
         EXPECT_EQ(dur(s), -1) << '"' << s << '"';
     }
 }

@@ -17,10 +17,11 @@ namespace {
 using rltest::doubles;
 using rltest::kSec;
 
-std::string sync_cmd(rl::CommandScript script, bool injected, const std::vector<rl::SyncItem>& items, int64_t now) {
-    size_t len = rl::sync_command_len(script, injected, "rl:", items.data(), items.size(), now);
+std::string sync_cmd(rl::CommandScript script, bool injected, const std::vector<rl::SyncItem>& items, int64_t now,
+                     std::string_view id = {}) {
+    size_t len = rl::sync_command_len(script, injected, "rl:", items.data(), items.size(), now, id);
     std::string buf(len + 4, '?');
-    EXPECT_EQ(rl::write_sync_command(buf.data(), script, injected, "rl:", items.data(), items.size(), now), len);
+    EXPECT_EQ(rl::write_sync_command(buf.data(), script, injected, "rl:", items.data(), items.size(), now, id), len);
     EXPECT_EQ(buf.substr(len), "????");
     buf.resize(len);
     return buf;
@@ -39,17 +40,23 @@ TEST(SyncCommand, ExactBytes) {
     it.give_back = 2;
     it.give_back_at = 77;
     it.give_back_top = 200000;
-    std::string want = std::string("*7\r\n$5\r\nFCALL\r\n$26\r\n") + rl::function_name(true) +
+    std::string want = std::string("*8\r\n$5\r\nFCALL\r\n$26\r\n") + rl::function_name(true) +
                        "\r\n$1\r\n1\r\n"
                        "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n"
                        "$4\r\nsync\r\n$16\r\n1700000000000000\r\n$136\r\n" +
                        doubles({0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0, 1700000000LL * kSec - 5.0, 4, 1, 2,
                                 2, 77, 200000}) +
-                       "\r\n";
-    EXPECT_EQ(sync_cmd(rl::CommandScript::fcall, true, {it}, 1700000000LL * kSec), want);
+                       "\r\n$3\r\nh-7\r\n";
+    EXPECT_EQ(sync_cmd(rl::CommandScript::fcall, true, {it}, 1700000000LL * kSec, "h-7"), want);
     // Production: now not sent; EVALSHA names the script.
     std::string prod = sync_cmd(rl::CommandScript::evalsha, false, {it, it}, 1700000000LL * kSec);
-    EXPECT_EQ(prod.rfind("*8\r\n$7\r\nEVALSHA\r\n$40\r\n", 0), 0u);
+    EXPECT_EQ(prod.rfind("*9\r\n$7\r\nEVALSHA\r\n$40\r\n", 0), 0u);
+    EXPECT_EQ(prod.substr(prod.size() - 6), "$0\r\n\r\n");  // no call id
+    // A call id is cut at kSyncCallIdMax bytes, within the bound.
+    std::string long_id(200, 'i');
+    std::string with_id = sync_cmd(rl::CommandScript::evalsha, false, {it, it}, 0, long_id);
+    EXPECT_NE(with_id.find("$64\r\n" + std::string(64, 'i') + "\r\n"), std::string::npos);
+    EXPECT_LE(with_id.size(), rl::sync_command_bound("rl:", nullptr, 2));
     EXPECT_NE(prod.find("$4\r\nsync\r\n$1\r\n0\r\n$272\r\n"), std::string::npos);
     EXPECT_LE(prod.size(), rl::sync_command_bound("rl:", nullptr, 2));
     // Hostile values are clamped into what the script checks: counts >= 0, hosts >= 1.

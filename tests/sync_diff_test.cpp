@@ -1,6 +1,7 @@
 // Differential test of the Lua's "sync" mode against the C++ core (sync_key: give_back,
-// apply_delta, grant): random timelines of sync calls (deltas of several hosts, lease asks,
-// give-backs, clocks that go back) replayed through both, on a private redis-server, must
+// apply_delta of the clamped delta, grant): random timelines of sync calls (deltas of several
+// hosts, lease asks, give-backs, clocks that go back, deltas ahead of Redis's clock or of
+// windows long over) replayed through both, on a private redis-server, must
 // give identical replies and stored states, with the TTL of decide's rule. Through FCALL and
 // EVALSHA alike. Also the "hosts" heartbeat. Seeds are fixed.
 #include <gtest/gtest.h>
@@ -164,6 +165,10 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
                 it.hash = k.hash;
                 it.policy = &k.p;
                 int64_t t = now - pick(2 * p.period_us + 1);
+                // A host's clock ahead of Redis's, or a delta sent again long after: clamped by
+                // Redis (clamp_delta), the same on both sides.
+                if (pick(8) == 0) t = now + pick(3 * p.period_us + 1);
+                if (pick(12) == 0) t = now - 3 * p.period_us - pick(4 * p.period_us + 1);
                 for (int64_t n = pick(4); n > 0; n--) {
                     t += pick(p.period_us / 2 + 1);
                     rl::delta_add(it.delta, p, t, pick(8) == 0 ? -1 - pick(cap) : 1 + pick(pick(4) == 0 ? 3 * cap : 3));
@@ -248,6 +253,63 @@ TEST_P(SyncDiff, HostsHeartbeat) {
     ASSERT_TRUE(ttl && ttl->type == REDIS_REPLY_INTEGER);
     EXPECT_GT(ttl->integer, 1000);  // two windows
     EXPECT_LE(ttl->integer, 2002);
+}
+
+// A call sent again with the id of one that ran (its reply was lost) gets the same reply and
+// changes nothing: the delta, the grant and the give-back are applied once. A new id applies.
+TEST_P(SyncDiff, CallIdAppliedOnce) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 10, kSec, 4);
+    rl::SyncItem it;
+    it.zone = "once";
+    it.hash = rl::KeyHash{5, 6};
+    it.policy = &p;
+    it.delta = rl::Delta{2, 0, kT0 - 10};
+    it.want = 2;
+    it.need = 1;
+    it.hosts = 1;
+    std::string key(rl::redis_key_len(kPrefix, it.zone, p.algo), '?');
+    key.resize(rl::redis_key(key.data(), kPrefix, it.zone, it.hash, p.algo));
+    redisContext* c = conn_.get();
+    auto send = [&](int64_t now, std::string_view id) {
+        rl::CommandScript script = GetParam();
+        size_t len = rl::sync_command_len(script, true, kPrefix, &it, 1, now, id);
+        std::string cmd(len, '?');
+        rl::write_sync_command(cmd.data(), script, true, kPrefix, &it, 1, now, id);
+        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+        Reply r = rltest::next_reply(c);
+        std::vector<int64_t> v;
+        EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+        for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) v.push_back(r->element[i]->integer);
+        return v;
+    };
+    auto state = [&]() {
+        Reply r = rltest::command(c, {"GET", key});
+        return r && r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
+    };
+    std::vector<int64_t> first = send(kT0, "host-a:1:1");
+    ASSERT_EQ(first.size(), rl::sync_reply_len(1));
+    rl::SyncResult want = rl::sync_key(rl::State{}, it, kT0);
+    EXPECT_EQ(first[0], kT0);
+    EXPECT_EQ((rl::State{first[1], first[2], first[3]}), want.global);
+    EXPECT_EQ(first[4], 2);  // granted: want 2, need 1 in it
+    EXPECT_EQ(want.granted, 2);
+    std::string after = state();
+    Reply ttl = rltest::command(c, {"PTTL", key + ":call:host-a:1:1"});
+    ASSERT_TRUE(ttl && ttl->type == REDIS_REPLY_INTEGER);
+    EXPECT_GT(ttl->integer, rl::kSyncCallMemoryMs - 2000);
+    EXPECT_LE(ttl->integer, rl::kSyncCallMemoryMs);
+    // Sent again later (its reply was lost): the same reply, the state untouched.
+    EXPECT_EQ(send(kT0 + 3 * kSec, "host-a:1:1"), first);
+    EXPECT_EQ(state(), after);
+    // Another id: applied.
+    std::vector<int64_t> second = send(kT0 + 1, "host-a:1:2");
+    EXPECT_NE(state(), after);
+    EXPECT_EQ((rl::State{second[1], second[2], second[3]}), rl::sync_key(want.global, it, kT0 + 1).global);
+    // No id: nothing remembered.
+    Reply n0 = rltest::command(c, {"DBSIZE"});
+    send(kT0 + 2, "");
+    Reply n1 = rltest::command(c, {"DBSIZE"});
+    EXPECT_EQ(n0->integer, n1->integer);
 }
 
 // A log item is refused (its state is not counts that hosts can add), and nothing is written.

@@ -1,6 +1,9 @@
 // Simulation of sync zones: H hosts deciding locally against one limit, reconciled with a
 // Redis modelled by the core's own functions (sync_key: give_back, apply_delta, grant), over
-// random arrival processes. Time is simulated: the whole run takes about a second.
+// random arrival processes. Each host handles a reply with the engine's own function
+// (sync_reply.h, take_key_reply), so the bounds below hold for the code that ships; every
+// reply is within the rule of what a reply may say (none refused). Time is simulated: the
+// whole run takes about a second.
 //
 // optimistic: each host decides on its view (the global state of its last reply plus what it
 //   admitted since its send), sends its delta every T; Redis applies it L/2 later, the reply
@@ -25,6 +28,7 @@
 #include "algo_test_util.h"
 #include "core/exact_math.h"
 #include "core/sync_command.h"
+#include "core/sync_reply.h"
 
 namespace {
 
@@ -182,7 +186,11 @@ struct Message {
 
 class Sim {
   public:
-    explicit Sim(const Scenario& sc, bool lease) : sc_(sc), lease_(lease), hosts_(static_cast<size_t>(sc.hosts)) {}
+    explicit Sim(const Scenario& sc, bool lease) : sc_(sc), lease_(lease), hosts_(static_cast<size_t>(sc.hosts)) {
+        bounds_.hosts = sc.hosts;
+        bounds_.interval_us = sc.T;
+        bounds_.round_trip_us = sc.L;
+    }
 
     std::vector<int64_t> run(const std::vector<std::vector<int64_t>>& arrivals) {
         std::mt19937_64 rng(sc_.seed * 7 + 1);
@@ -209,10 +217,7 @@ class Sim {
 
   private:
     struct Host {
-        rl::State view;     // optimistic
-        rl::Delta unsent;
-        rl::Lease lease;    // lease
-        int64_t granted_at = 0;
+        rl::SyncKeyState k;             // view, unsent, lease: as the engine keeps them
         int64_t asking = 0;             // lease asks in flight
         int64_t pending = 0;            // requests of this instant waiting for an ask to be sent
         int64_t waiting = 0;            // requests waiting for the ask in flight
@@ -248,14 +253,14 @@ class Sim {
 
     void arrival(Host& h, int host, int64_t t) {
         if (!lease_) {
-            rl::Decision d = rl::decide(h.view, sc_.p, t, 1);
+            rl::Decision d = rl::decide(h.k.view, sc_.p, t, 1);
             if (!d.allowed) return;
-            h.view = d.next;
-            rl::delta_add(h.unsent, sc_.p, rl::is_bucket(sc_.p.algo) ? t : std::max(t, h.view.a), 1);
+            h.k.view = d.next;
+            rl::delta_add(h.k.unsent, sc_.p, rl::is_bucket(sc_.p.algo) ? t : std::max(t, h.k.view.a), 1);
             admit(h, t);
             return;
         }
-        if (rl::lease_take(h.lease, sc_.p, t, 1)) {
+        if (rl::lease_take(h.k.lease, sc_.p, t, 1)) {
             admit(h, t);
             return;
         }
@@ -285,19 +290,19 @@ class Sim {
         push(t + sc_.T, 1, host, 0);
         rl::SyncItem it = item();
         if (!lease_) {
-            it.delta = h.unsent;
-            h.unsent = rl::Delta{};
+            it.delta = h.k.unsent;
+            h.k.unsent = rl::Delta{};
             send(host, it, t);
             return;
         }
-        if (h.lease.units > 0 && t - h.granted_at >= 2 * sc_.T) {
-            it.give_back = h.lease.units;  // unspent for two intervals: others may need them
-            it.give_back_at = h.lease.at;
-            it.give_back_top = h.lease.top;
-            h.lease = rl::Lease{};
+        if (h.k.lease.units > 0 && t - h.k.used_at >= 2 * sc_.T) {
+            it.give_back = h.k.lease.units;  // unspent for two intervals: others may need them
+            it.give_back_at = h.k.lease.at;
+            it.give_back_top = h.k.lease.top;
+            h.k.lease = rl::Lease{};
         }
         int64_t want = want_of(h, t);
-        if (rl::lease_usable(h.lease, sc_.p, t) * 2 < want && h.recent.size() > 0) it.want = want;
+        if (rl::lease_usable(h.k.lease, sc_.p, t) * 2 < want && h.recent.size() > 0) it.want = want;
         if (it.want > 0 || it.give_back > 0) send(host, it, t);
     }
 
@@ -309,42 +314,36 @@ class Sim {
         push(t + sc_.L - sc_.L / 2, 3, host, m);
     }
 
+    // The engine's handling of the reply (take_key_reply), at Redis's time of the call.
     void reply(Host& h, size_t m, int64_t t) {
         const Message& msg = msgs_[m];
-        if (!lease_) {
-            h.view = rl::apply_delta(msg.result.global, sc_.p, t, h.unsent);
-            return;
+        rl::KeyReply kr = rl::take_key_reply(h.k, msg.item, msg.result, msg.redis_at, lease_, bounds_);
+        if (kr.refused) {
+            refused_replies_++;
+            if (first_fault_.empty()) first_fault_ = rl::reply_fault_text(kr.fault);
         }
-        int64_t granted = msg.result.granted;
-        if (msg.item.need > 0) {
-            h.asking--;
-            if (granted >= msg.item.need) {
-                for (int64_t k = 0; k < msg.item.need; k++) admit(h, msg.redis_at);  // admitted at the grant
-                granted -= msg.item.need;
-            }
-        }
-        if (granted > 0) {
-            rl::lease_add(h.lease, sc_.p, msg.redis_at, granted, msg.result.global);
-            h.granted_at = msg.redis_at;
-        }
+        if (!lease_ || msg.item.need == 0) return;
+        h.asking--;
+        for (int64_t k = 0; kr.need_granted && k < msg.item.need; k++) admit(h, msg.redis_at);  // admitted at the grant
         // Requests that waited on this ask: the surplus serves them now, else they are refused.
-        if (msg.item.need > 0) {
-            for (; h.waiting > 0; h.waiting--) {
-                if (rl::lease_take(h.lease, sc_.p, t, 1)) {
-                    admit(h, t);
-                } else {
-                    refused_waiting_++;
-                }
+        for (; h.waiting > 0; h.waiting--) {
+            if (rl::lease_take(h.k.lease, sc_.p, t, 1)) {
+                admit(h, t);
+            } else {
+                refused_waiting_++;
             }
         }
     }
 
   public:
     int64_t refused_waiting_ = 0;  // lease: requests that waited for an ask in flight, in vain
+    int64_t refused_replies_ = 0;  // replies outside the rule of sync_reply.h: none may be
+    std::string first_fault_;
 
   private:
     const Scenario& sc_;
     bool lease_;
+    rl::ReplyBounds bounds_;
     std::vector<Host> hosts_;
     rl::State global_;
     std::vector<Message> msgs_;
@@ -393,7 +392,9 @@ TEST(SyncSim, OptimisticWithinItsBound) {
     int exceeded = 0, runs = 0;
     for (const Scenario& sc : scenarios()) {
         auto arrivals = make_arrivals(sc);
-        std::vector<int64_t> adm = Sim(sc, false).run(arrivals);
+        Sim sim(sc, false);
+        std::vector<int64_t> adm = sim.run(arrivals);
+        EXPECT_EQ(sim.refused_replies_, 0) << sc.name() << ": a genuine reply refused (" << sim.first_fault_ << ")";
         double over = overshoot(sc.p, adm), bound = optimistic_bound(sc);
         runs++;
         if (over > bound) {
@@ -426,6 +427,7 @@ TEST(SyncSim, LeaseNeverOvershoots) {
         auto arrivals = make_arrivals(sc);
         Sim sim(sc, true);
         std::vector<int64_t> adm = sim.run(arrivals);
+        EXPECT_EQ(sim.refused_replies_, 0) << sc.name() << ": a genuine reply refused (" << sim.first_fault_ << ")";
         std::sort(adm.begin(), adm.end());
         // Zero overshoot: one limiter, given the cluster's admissions at their times, allows each.
         rltest::Key one(sc.p);

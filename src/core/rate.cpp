@@ -61,9 +61,11 @@ bool parse_rate(std::string_view text, int64_t& requests, int64_t& period_us) {
 }
 
 bool parse_duration(std::string_view text, int64_t& us) {
-    // Units must come largest first, each at most once ("1h30m", not "30m1h"), as in nginx.
-    // A trailing number without a unit counts as seconds ("1m30" = 90s), also as in nginx.
-    enum Rank { kNone, kDay, kHour, kMin, kSec, kMsec };
+    // nginx's time units (ngx_parse_time): y (365 days), M (30 days), w, d, h, m, s, ms. Units
+    // must come largest first, each at most once ("1h30m", not "30m1h"), as in nginx. A trailing
+    // number without a unit counts as seconds ("1m30" = 90s), also as in nginx.
+    enum Rank { kNone, kYear, kMonth, kWeek, kDay, kHour, kMin, kSec, kMsec };
+    constexpr int64_t kDayUs = 86400 * kUsPerSec;
     int last = kNone;
     int64_t total = 0;
     size_t pos = 0;
@@ -82,9 +84,18 @@ bool parse_duration(std::string_view text, int64_t& us) {
                 pos++;
                 rank = kMsec;
                 scale = kUsPerMs;
+            } else if (c == 'y') {
+                rank = kYear;
+                scale = 365 * kDayUs;
+            } else if (c == 'M') {
+                rank = kMonth;
+                scale = 30 * kDayUs;
+            } else if (c == 'w') {
+                rank = kWeek;
+                scale = 7 * kDayUs;
             } else if (c == 'd') {
                 rank = kDay;
-                scale = 86400 * kUsPerSec;
+                scale = kDayUs;
             } else if (c == 'h') {
                 rank = kHour;
                 scale = 3600 * kUsPerSec;

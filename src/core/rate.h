@@ -16,7 +16,8 @@ constexpr int64_t kMaxRequests = 1000000000000LL;          // 10^12
 // ("100/15m", "5/1h30m"); N in 1..10^12. Returns false if malformed.
 bool parse_rate(std::string_view text, int64_t& requests, int64_t& period_us);
 
-// nginx-style duration: a sequence like "1h30m", units ms s m h d (no unit = seconds);
+// nginx-style duration (ngx_parse_time's units): a sequence like "1h30m", units ms s m h d w
+// M (30 days) y (365 days), largest first, each once (no unit = seconds);
 // result in microseconds, > 0 and <= kMaxPeriodUs. Returns false if malformed or out of range.
 bool parse_duration(std::string_view text, int64_t& us);
 

@@ -623,8 +623,8 @@ end
 )lua";
 
 constexpr char kSync[] = R"lua(
--- sync.cpp and sync_command.h: the calls of sync zones. Per item: give_back, apply_delta,
--- grant, then one write.
+-- sync.cpp and sync_command.h: the calls of sync zones. Per item: give_back, apply_delta of
+-- the delta clamped to Redis's clock, grant, then one write.
 function(keys, argv)
   local now = clock(argv)
   if not now then return redis.error_reply('ERR ratelimit script: bad time') end
@@ -639,7 +639,21 @@ function(keys, argv)
     return call('ZCARD', keys[1])
   end
   local blob = argv[3]
-  if #argv ~= 3 or #blob ~= 136 * #keys then return redis.error_reply('ERR ratelimit script: bad arguments') end
+  if (#argv ~= 3 and #argv ~= 4) or #blob ~= 136 * #keys then
+    return redis.error_reply('ERR ratelimit script: bad arguments')
+  end
+  -- A call id (ARGV[4]): the reply is remembered for a while under it (in the first key's slot),
+  -- and a call sent again because its reply was lost gets that reply, applied only once.
+  local marker
+  if argv[4] and #argv[4] > 0 and #keys > 0 then
+    marker = keys[1] .. ':call:' .. argv[4]
+    local m = call('GET', marker)
+    if m then
+      local again = {}
+      for i = 1, #m / 8 do again[i] = sunpack('<d', m, 8 * i - 7) end
+      return again
+    end
+  end
 
   local MAXD = 562949953421312  -- kMaxDebt = 2^49
   local function min(x, y)
@@ -762,6 +776,18 @@ function(keys, argv)
     end
     local a0, b0, c0 = a, b, c
     a, b, c = give_back(algo, a, b, c, now, back, back_at, back_top, per, refill, tok, depth)
+    -- clamp_delta: a delta's time within Redis's clock (no host's clock spoils the state).
+    if algo <= 2 then
+      if dat > now then dat = now end
+      if dat < now - per then dat = now - per end
+    elseif units ~= 0 or dprev ~= 0 then
+      local w = now - now % per
+      if dat > w then
+        units, dprev, dat = units + dprev, 0, w
+      elseif dat < w - per then
+        units, dprev = 0, 0
+      end
+    end
     a, b, c = apply_delta(algo, a, b, c, now, units, dprev, dat, per, refill, tok, depth)
     -- grant: at most what remains, and a fair share of it, but `need` whenever it fits.
     local ok, rem, reset, retry, w, x, y, z = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
@@ -788,6 +814,7 @@ function(keys, argv)
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
   end
+  if marker then call('SET', marker, spack('<' .. string.rep('d', #out), unpk(out)), 'PX', '10000') end
   return out
 end)lua";
 

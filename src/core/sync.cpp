@@ -83,6 +83,22 @@ Windows windows_of(const State& s, const Policy& p) {
 
 }  // namespace
 
+int64_t bucket_level(const State& s, const Policy& p, int64_t t) { return level_at(s, p, t); }
+
+Delta clamp_delta(const Delta& d, const Policy& p, int64_t now) {
+    if (d.empty()) return d;
+    Delta c = d;
+    if (is_bucket(p.algo)) {
+        if (c.at > now) c.at = now;
+        if (c.at < now - p.period_us) c.at = now - p.period_us;
+        return c;
+    }
+    int64_t w = window_start(now, p.period_us);
+    if (c.at > w) return Delta{c.units + c.prev, 0, w};  // ahead of Redis's clock: counted now
+    if (c.at < w - p.period_us) return Delta{};          // windows over
+    return c;
+}
+
 void delta_add(Delta& d, const Policy& p, int64_t now, int64_t cost) {
     if (cost == 0) return;
     if (is_bucket(p.algo)) {

@@ -67,6 +67,16 @@ Grant grant(const State& s, const Policy& p, int64_t now, int64_t want, int64_t 
 // stays exact in a double, however long a host decided alone.
 constexpr int64_t kMaxDebt = kExact / 8;
 
+// A bucket's level at `t` (scaled units, at most kMaxDebt), however far over full.
+int64_t bucket_level(const State& s, const Policy& p, int64_t t);
+
+// Redis's side of a delta (sync_key, and the Lua): its time is bounded by Redis's clock, so
+// that no host's clock spoils the shared state. Buckets: poured within [now - period, now].
+// Windows: a delta of a window after Redis's current one counts all its units in the current
+// window; one whose window is over before the previous window is dropped (its counts no
+// longer decide anything).
+Delta clamp_delta(const Delta& d, const Policy& p, int64_t now);
+
 // sync_mode=lease: the units a host holds on one key, as Redis granted them. Spending them
 // later than Redis consumed them must not admit more than one limiter would, so a lease is
 // worth what the global state still holds of it at `now`:

@@ -14,9 +14,9 @@ int64_t count_of(int64_t v) { return clamp(v, 0, kExact); }
 int64_t signed_of(int64_t v) { return clamp(v, -kExact, kExact); }
 
 size_t sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                    const SyncItem* items, size_t n, int64_t now_us) {
+                    const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id) {
     Resp r(buf);
-    script_call_head(r, script, injected_time, n, kArgvCount);
+    script_call_head(r, script, injected_time, n, kArgvCount + 1);
     for (size_t i = 0; i < n; i++) r.bulk_key(prefix, items[i].zone, items[i].hash, items[i].policy->algo);
     r.bulk("sync");
     r.bulk_int(injected_time ? now_us : 0);
@@ -32,6 +32,7 @@ size_t sync_command(char* buf, CommandScript script, bool injected_time, std::st
         for (int64_t v : values) r.le_double(v);
     }
     r.end_bulk();
+    r.bulk(call_id.substr(0, kSyncCallIdMax));
     return r.size();
 }
 
@@ -52,7 +53,7 @@ size_t hosts_command(char* buf, CommandScript script, bool injected_time, std::s
 SyncResult sync_key(const State& s, const SyncItem& it, int64_t now, Decision* decision) noexcept {
     const Policy& p = *it.policy;
     State st = give_back(s, p, now, count_of(it.give_back), it.give_back_at, it.give_back_top);
-    st = apply_delta(st, p, now, it.delta);
+    st = apply_delta(st, p, now, clamp_delta(it.delta, p, now));
     const int64_t need = count_of(it.need);
     Grant g = grant(st, p, now, count_of(it.want), need, it.hosts);
     SyncResult out;
@@ -64,13 +65,13 @@ SyncResult sync_key(const State& s, const SyncItem& it, int64_t now, Decision* d
 }
 
 size_t sync_command_len(CommandScript script, bool injected_time, std::string_view prefix, const SyncItem* items,
-                        size_t n, int64_t now_us) noexcept {
-    return sync_command(nullptr, script, injected_time, prefix, items, n, now_us);
+                        size_t n, int64_t now_us, std::string_view call_id) noexcept {
+    return sync_command(nullptr, script, injected_time, prefix, items, n, now_us, call_id);
 }
 
 size_t write_sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                          const SyncItem* items, size_t n, int64_t now_us) noexcept {
-    return sync_command(buf, script, injected_time, prefix, items, n, now_us);
+                          const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id) noexcept {
+    return sync_command(buf, script, injected_time, prefix, items, n, now_us, call_id);
 }
 
 size_t sync_command_bound(std::string_view prefix, const SyncItem*, size_t n) noexcept {
@@ -78,7 +79,8 @@ size_t sync_command_bound(std::string_view prefix, const SyncItem*, size_t n) no
     // string for the longest zone name and its 136 bytes.
     constexpr size_t kBulkFrame = 1 + 20 + 2 + 2;  // "$<len>\r\n...\r\n"
     size_t key = kBulkFrame + redis_key_max_len(prefix, std::string_view()) + kMaxZoneLen;
-    return 4 * kBulkFrame + 1 + 20 + 2 + 7 + kSha1HexLen + 20 + 4 + 20 + kBulkFrame + n * (key + kSyncItemBytes);
+    return 5 * kBulkFrame + 1 + 20 + 2 + 7 + kSha1HexLen + 20 + 4 + 20 + kBulkFrame + kSyncCallIdMax +
+           n * (key + kSyncItemBytes);
 }
 
 size_t sync_reply_len(size_t n) noexcept { return 1 + kSyncReplyPerItem * n; }

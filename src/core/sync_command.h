@@ -1,7 +1,7 @@
 // The sync zones' calls to the Redis Lua (RESP, ready to write to the socket) and their
 // replies: the same function library / script as redis_command.h, modes "sync" and "hosts".
 //
-//   sync:  FCALL|EVALSHA|EVAL ... <n> KEYS[1..n] "sync" <now> <items>
+//   sync:  FCALL|EVALSHA|EVAL ... <n> KEYS[1..n] "sync" <now> <items> <call id>
 //     KEYS   = redis_key(prefix, zone, hash, algo) of every item (the per-request zone's key:
 //              one global state, one format); a key appears at most once per call
 //     ARGV[2] = now in microseconds for the test variant; "0", and ignored, in production
@@ -9,9 +9,14 @@
 //              period_us, burst, refill, token, depth, weight_scale (as redis_command.h), then
 //              delta.units, delta.prev, delta.at, want, need, hosts, give_back, give_back_at,
 //              give_back_top
+//     ARGV[4] = the call's id (at most kSyncCallIdMax bytes; empty: none). The reply is kept
+//              kSyncCallMemoryMs under "<KEYS[1]>:call:<id>" (the first key's slot); a call
+//              with the id of one that ran gets that reply and changes nothing: a call sent
+//              again because its reply was lost is applied once.
 //     reply  = {now_us, then per item: a, b, c (the global state after the item), granted,
 //              retry_after_us}
-//   Per item, at Redis's now (sync_key, which the Lua mirrors): give_back, apply_delta, grant;
+//   Per item, at Redis's now (sync_key, which the Lua mirrors): give_back, apply_delta of the
+//   delta clamped to Redis's clock (clamp_delta), grant;
 //   the state is written once (SET ... PX, the TTL of the grant's decision, as decide's),
 //   and not at all when nothing changed. `log` is refused (bad item).
 //
@@ -54,13 +59,17 @@ struct SyncResult {
 SyncResult sync_key(const State& s, const SyncItem& item, int64_t now, Decision* decision = nullptr) noexcept;
 
 constexpr size_t kSyncItemBytes = 8 * 17;
+constexpr size_t kSyncCallIdMax = 64;
+constexpr int64_t kSyncCallMemoryMs = 10000;
 constexpr size_t kSyncReplyPerItem = 5;
 
+// call_id: at most kSyncCallIdMax bytes (cut beyond), any bytes.
 size_t sync_command_len(CommandScript script, bool injected_time, std::string_view prefix, const SyncItem* items,
-                        size_t n, int64_t now_us) noexcept;
+                        size_t n, int64_t now_us, std::string_view call_id = {}) noexcept;
 size_t write_sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                          const SyncItem* items, size_t n, int64_t now_us) noexcept;
-// An upper bound of the production call's size (zone names of at most kMaxZoneLen bytes).
+                          const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id = {}) noexcept;
+// An upper bound of the production call's size (zone names of at most kMaxZoneLen bytes, a
+// call id of at most kSyncCallIdMax).
 size_t sync_command_bound(std::string_view prefix, const SyncItem* items, size_t n) noexcept;
 
 size_t sync_reply_len(size_t n) noexcept;  // 1 + 5 n integers

@@ -3,6 +3,7 @@
 #include "ngx/metrics.h"
 
 #include "core/metrics_format.h"
+#include "core/redis_command.h"
 #include "ngx/request.h"
 #include "ngx/redis/conf.h"
 #include "ngx/sync/layout.h"
@@ -14,16 +15,20 @@ namespace {
 // The zone's tag: no ratelimit_zone or `ratelimit zone=` can name the same shared memory.
 u_char rl_metrics_tag;
 
-constexpr size_t kZoneSize = 256 * 1024;
-constexpr uint32_t kMagic = 0x524c4d31;  // "RLM1"
-constexpr size_t kNameMax = 128;          // longer names (a ratelimit_redis) go without metrics
-constexpr uint32_t kEntries = 400;        // zones and ratelimit_redis ever seen since the start
+constexpr uint32_t kMagic = 0x524c4d32;  // "RLM2"
+constexpr size_t kNameMax = rl::kMaxZoneLen;  // a zone's longest name; nginx -t refuses a longer ratelimit_redis
+// Zones and ratelimit_redis one configuration may name (nginx -t refuses more). The table holds
+// twice as many: the names of the running configuration and of the one before it (whose
+// workers may still be finishing requests); entries of older ones are reused.
+constexpr uint32_t kMaxNames = 1000;
+constexpr uint32_t kEntries = 2 * kMaxNames;
 
 enum : uint32_t { kKindZone = 1, kKindRedis = 2 };
 
 struct rl_metrics_entry_t {
     uint32_t kind;
     uint32_t name_len;
+    uint64_t gen;  // the last configuration that named it
     u_char name[kNameMax];
     union {
         rl_metrics_zone_t zone;
@@ -37,9 +42,10 @@ struct rl_metrics_shm_t {
     uint32_t entry_size;
     uint32_t n;
     uint32_t cap;
+    uint64_t gen;  // configurations loaded since the table was laid out
     rl_metrics_entry_t entries[kEntries];
 };
-static_assert(sizeof(rl_metrics_shm_t) + 8 * 4096 < kZoneSize, "the metrics zone holds its table");
+constexpr size_t kZoneSize = (sizeof(rl_metrics_shm_t) + 16 * 4096 + 4095) & ~size_t{4095};
 
 struct rl_metrics_conf_t {
     rl_main_conf_t* mcf;
@@ -50,24 +56,39 @@ constexpr uint64_t kRoundTripBoundsNs[kRlRoundTripBuckets] = {
     500000000, 1000000000,
 };
 
+bool same_name(const rl_metrics_entry_t* e, uint32_t kind, const ngx_str_t& name) {
+    return e->kind == kind && e->name_len == name.len && ngx_memcmp(e->name, name.data, name.len) == 0;
+}
+
+// The entry of a name, marked as named by this configuration; a new name takes a free entry, or
+// the one longest unnamed among those no configuration since the one before this names.
 rl_metrics_entry_t* entry_for(rl_metrics_shm_t* shm, uint32_t kind, const ngx_str_t& name, ngx_log_t* log) {
+    rl_metrics_entry_t* reuse = nullptr;
     for (uint32_t i = 0; i < shm->n; i++) {
         rl_metrics_entry_t* e = &shm->entries[i];
-        if (e->kind == kind && e->name_len == name.len && ngx_memcmp(e->name, name.data, name.len) == 0) return e;
+        if (same_name(e, kind, name)) {
+            e->gen = shm->gen;
+            return e;
+        }
+        if (e->gen + 1 < shm->gen && (reuse == nullptr || e->gen < reuse->gen)) reuse = e;
     }
-    if (name.len > kNameMax || shm->n == shm->cap) {
+    if (name.len > kNameMax || (shm->n == shm->cap && reuse == nullptr)) {
+        // nginx -t refuses both (rl_metrics_postconfiguration): a table laid out by another build
         ngx_log_error(NGX_LOG_WARN, log, 0, "ratelimit_metrics: no metrics for %s \"%V\" (%s)",
                       kind == kKindZone ? "zone" : "ratelimit_redis", &name,
-                      name.len > kNameMax ? "name too long" : "too many names since the start");
+                      name.len > kNameMax ? "name too long" : "too many names");
         return nullptr;
     }
-    rl_metrics_entry_t* e = &shm->entries[shm->n];
-    ngx_memzero(e, sizeof(*e));
-    e->kind = kind;
+    rl_metrics_entry_t* e = reuse != nullptr ? reuse : &shm->entries[shm->n];
+    e->kind = 0;  // while it changes, no scrape matches it (they read names of this configuration)
+    ngx_memory_barrier();
+    ngx_memzero(&e->c, sizeof(e->c));
     e->name_len = static_cast<uint32_t>(name.len);
     ngx_memcpy(e->name, name.data, name.len);
+    e->gen = shm->gen;
     ngx_memory_barrier();
-    shm->n++;
+    e->kind = kind;
+    if (reuse == nullptr) shm->n++;
     return e;
 }
 
@@ -89,6 +110,7 @@ ngx_int_t rl_metrics_init(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         shm->entry_size = sizeof(rl_metrics_entry_t);
         shm->cap = kEntries;
     }
+    shm->gen++;
     ngx_log_t* log = shm_zone->shm.log;
     auto** zones = static_cast<rl_zone_t**>(conf->mcf->zones.elts);
     for (ngx_uint_t i = 0; i < conf->mcf->zones.nelts; i++) {
@@ -128,7 +150,7 @@ const std::string_view kResultNames[RL_RESULT_N] = {
     "delayed", "delayed_dry_run",
 };
 const std::string_view kErrorNames[RL_REDIS_ERR_N] = {
-    "timeout", "refused", "reset", "protocol", "error_reply", "overflow",
+    "timeout", "refused", "reset", "protocol", "error_reply", "overflow", "out_of_bounds",
 };
 
 struct snapshot_t {
@@ -312,6 +334,40 @@ ngx_int_t rl_metrics_handler(ngx_http_request_t* r) noexcept {
 }
 
 }  // namespace
+
+// nginx -t: what cannot be exported is refused, saying why (with ratelimit_metrics only).
+ngx_int_t rl_metrics_postconfiguration(ngx_conf_t* cf, const rl_main_conf_t* mcf) noexcept {
+    bool on = false;
+    ngx_list_part_t* part = &cf->cycle->shared_memory.part;
+    auto* shm = static_cast<ngx_shm_zone_t*>(part->elts);
+    for (ngx_uint_t i = 0;; i++) {
+        if (i >= part->nelts) {
+            if (part->next == nullptr) break;
+            part = part->next;
+            shm = static_cast<ngx_shm_zone_t*>(part->elts);
+            i = 0;
+            if (part->nelts == 0) continue;
+        }
+        if (shm[i].tag == &rl_metrics_tag) on = true;
+    }
+    if (!on) return NGX_OK;
+    ngx_uint_t names = mcf->zones.nelts + mcf->redis.nelts;
+    if (names > kMaxNames) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratelimit_metrics exports at most %ui zones and ratelimit_redis, this configuration "
+                           "names %ui", static_cast<ngx_uint_t>(kMaxNames), names);
+        return NGX_ERROR;
+    }
+    auto** redis = static_cast<rl_redis_t**>(mcf->redis.elts);
+    for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
+        if (redis[i]->name.len <= kNameMax) continue;
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ratelimit_metrics cannot export ratelimit_redis \"%V\": its name is longer than %uz bytes",
+                           &redis[i]->name, kNameMax);
+        return NGX_ERROR;
+    }
+    return NGX_OK;
+}
 
 // ratelimit_metrics;  (location)
 char* rl_metrics_directive(ngx_conf_t* cf, ngx_command_t*, void*) noexcept {

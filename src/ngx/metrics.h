@@ -28,6 +28,7 @@ enum rl_redis_error_e {
     RL_REDIS_ERR_PROTOCOL,     // a reply that is not RESP or not what was asked for
     RL_REDIS_ERR_ERROR_REPLY,  // an error reply (the handshake's, a script's)
     RL_REDIS_ERR_OVERFLOW,     // max_pending reached
+    RL_REDIS_ERR_BOUNDS,       // a sync reply outside what the policy allows (core/sync_reply.h), refused
     RL_REDIS_ERR_N,
     RL_REDIS_ERR_NONE = RL_REDIS_ERR_N,  // not counted (out of memory)
 };
@@ -54,7 +55,12 @@ struct rl_metrics_redis_t {
 struct rl_ctx_t;
 struct rl_loc_conf_t;
 
+struct rl_main_conf_t;
+
 char* rl_metrics_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
+// nginx -t refuses, with ratelimit_metrics, what it could not export: more than a thousand
+// zones and ratelimit_redis, a ratelimit_redis name longer than a zone's longest.
+ngx_int_t rl_metrics_postconfiguration(ngx_conf_t* cf, const rl_main_conf_t* mcf) noexcept;
 
 // The request's result in each zone whose key was not empty (rl_finish).
 void rl_metrics_count_results(const rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept;

@@ -1,11 +1,16 @@
 // A sync zone's batches: the keys of a round (or of one loop turn's lease asks) sent as script
-// calls, per node and, in a cluster, per slot; each reply applied to the keys under the zone's
-// lock; a call that fails puts its keys back (at least once: a reply lost after Redis applied
-// it counts twice).
+// calls, per node and, in a cluster, per slot; each reply checked against what the policy
+// allows and applied to the keys under the zone's lock (core/sync_reply.h). A call whose reply
+// is lost or refused is sent again with its id, for kRlSyncResendFor at most: the script
+// replays the reply of a call that ran, so it is applied once. A call that cannot be sent, or
+// still fails after that, puts its keys back: a reply lost for longer after Redis applied the
+// call counts its delta once more.
 #include "ngx/sync/engine.h"
 
 #include "core/redis_keys.h"
 #include "core/sync_command.h"
+#include "core/sync_reply.h"
+#include "ngx/metrics.h"
 #include "ngx/redis/cluster.h"
 
 #include <algorithm>
@@ -118,8 +123,19 @@ bool send_call(rl_sync_call_t* call, bool asking) {
     size_t len = rl::sync_command_bound(prefix, items, call->n);
     auto* buf = static_cast<char*>(rl_redis_scratch(redis, len));
     if (buf == nullptr) return false;
-    len = rl::write_sync_command(buf, rl_node_script(call->node), false, prefix, items, call->n, 0);
+    if (call->id_len == 0) {
+        // Unique among the hosts: this host's random tag (the end of its id), the worker, a count.
+        static uint64_t count;
+        const rl_sync_shm_t* h = b->zs->zone->sync_shm;
+        size_t tag = h->host_id_len > 16 ? h->host_id_len - 16 : 0;
+        u_char* end = ngx_snprintf(call->id, sizeof(call->id), "%*s.%xi.%xL", static_cast<size_t>(h->host_id_len - tag),
+                                   h->host_id + tag, static_cast<ngx_int_t>(ngx_pid), ++count);
+        call->id_len = static_cast<uint8_t>(end - call->id);
+    }
+    std::string_view id(reinterpret_cast<const char*>(call->id), call->id_len);
+    len = rl::write_sync_command(buf, rl_node_script(call->node), false, prefix, items, call->n, 0, id);
     call->sent_us = rl_sync_local_us();
+    if (call->first_sent_us == 0) call->first_sent_us = call->sent_us;
     return rl_node_send(call->node, reinterpret_cast<u_char*>(buf), len, on_call_reply, call, 1, asking) != nullptr;
 }
 
@@ -155,84 +171,103 @@ void call_settled(rl_sync_call_t* call) {
     if (--b->pending == 0) batch_done(b);
 }
 
-// Whether Redis kept a bucket's given-back units (it does when units were granted above them
-// since: rl::give_back), seen from the state after: its level is still above their top. Told
-// from `remaining` (whole units), so a doubt counts as given back: the units are then dropped,
-// which can only leave them to drain.
-bool give_back_refused(const rl::SyncItem& si, const rl::State& global, int64_t now) {
-    const rl::Policy& p = *si.policy;
-    if (!rl::is_bucket(p.algo)) return false;  // windows always take them back
-    // Whole units below their top now: what a lease as high as the top could still use.
-    int64_t top_units = rl::lease_usable(rl::Lease{rl::kExact, si.give_back_top, si.give_back_at}, p, now);
-    // The level after is above depth - (remaining + 1) units: refused if that reaches the top.
-    int64_t remaining = rl::decide(global, p, now, 0).remaining;
-    return p.burst - remaining >= top_units + 1;
+// Logs a refused reply (rate limited with the Redis errors) and counts it.
+void refused(rl_sync_call_t* call, const char* why) {
+    rl_sync_zone_t* zs = call->batch->zs;
+    u_char what[200];
+    *ngx_snprintf(what, sizeof(what) - 1, "refused a reply: %s", why) = '\0';
+    rl_sync_log_failure(zs, nullptr, reinterpret_cast<char*>(what), nullptr);
+    rl_metrics_redis_error(zs->redis->conn.metrics, RL_REDIS_ERR_BOUNDS);
 }
 
-// Applies a reply: {now_us, then per key a, b, c, granted, retry_after_us}.
-bool take_reply(rl_sync_call_t* call, const redisReply* reply) {
+enum taken_e { TAKEN, BAD_SHAPE, BAD_CLOCK };
+
+// Applies a reply: {now_us, then per key a, b, c, granted, retry_after_us}. Not at all if its
+// shape is not that, or Redis's clock stepped (refused, logged and counted here): the call is
+// then sent again.
+taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
     rl_sync_batch_t* b = call->batch;
     rl_zone_t* zone = b->zs->zone;
     rl_sync_shm_t* h = zone->sync_shm;
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != rl::sync_reply_len(call->n)) return false;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != rl::sync_reply_len(call->n)) return BAD_SHAPE;
     size_t nvalues = reply->elements;
     auto* mem = static_cast<u_char*>(
         rl_redis_scratch(b->zs->redis, nvalues * sizeof(int64_t) + call->n * sizeof(rl::SyncResult)));
-    if (mem == nullptr) return false;
+    if (mem == nullptr) return BAD_SHAPE;
     auto* values = reinterpret_cast<int64_t*>(mem);
     auto* results = reinterpret_cast<rl::SyncResult*>(values + nvalues);
     for (size_t i = 0; i < nvalues; i++) {
-        if (reply->element[i]->type != REDIS_REPLY_INTEGER) return false;
+        if (reply->element[i]->type != REDIS_REPLY_INTEGER) return BAD_SHAPE;
         values[i] = reply->element[i]->integer;
     }
     int64_t redis_now = 0;
-    if (!rl::decode_sync_reply(values, nvalues, call->n, results, &redis_now)) return false;
-    for (size_t i = 0; i < call->n; i++) {  // never more than was asked: Redis is not trusted
-        const rl::SyncItem& si = b->items.elts[call->first + i].si;
-        if (results[i].granted > (si.want > si.need ? si.want : si.need)) return false;
-    }
+    if (!rl::decode_sync_reply(values, nvalues, call->n, results, &redis_now)) return BAD_SHAPE;
 
     int64_t local = rl_sync_local_us();
+    rl::ReplyBounds bounds;
+    bounds.hosts = h->hosts;
+    bounds.interval_us = zone->sync_us;
+    bounds.round_trip_us = static_cast<int64_t>(b->zs->redis->timeout) * 1000;
+    ngx_uint_t nrefused = 0;
+    rl::ReplyFault fault = rl::ReplyFault::none;
     ngx_shmtx_lock(&zone->shpool->mutex);
-    // Redis ran the call about half a round trip before its reply came.
-    h->offset_us = redis_now - (call->sent_us + (local - call->sent_us) / 2);
-    for (size_t i = 0; i < call->n; i++) {
+    // Redis ran the call about half a round trip before its reply came (a call sent again may
+    // get the reply of its first run: its time moves the offset only when it confirms a step).
+    rl::SyncClock clock{h->offset_us, h->clock_candidate, h->clock_seen};
+    int64_t mid = call->sent_us + (local - call->sent_us) / 2;
+    bool clock_ok = rl::accept_clock(clock, redis_now, mid);
+    bool stepped = clock.offset - h->offset_us > rl::kMaxClockStep || h->offset_us - clock.offset > rl::kMaxClockStep;
+    if (clock_ok && (call->resends == 0 || stepped)) h->offset_us = clock.offset;
+    h->clock_candidate = clock.candidate;
+    h->clock_seen = clock.seen;
+    for (size_t i = 0; clock_ok && i < call->n; i++) {
         rl_sync_item_t& it = b->items.elts[call->first + i];
-        const rl::SyncResult& r = results[i];
         rl::Slot* slot = rl_sync_item_slot(zone, it);
         if (slot == nullptr) continue;  // forgotten since: Redis has its units all the same
         rl_sync_key_t* k = rl_sync_key(slot);
-        // The view: the global state plus what this host admitted since the send.
-        slot->state = k->unsent.empty() ? r.global : rl::apply_delta(r.global, *it.si.policy, redis_now, k->unsent);
-        if (zone->sync_mode != RL_SYNC_LEASE) continue;
+        bool lease = zone->sync_mode == RL_SYNC_LEASE;
+        rl::SyncKeyState ks{slot->state, k->unsent, k->lease, k->used_at, k->retry_at};
+        rl::KeyReply kr = rl::take_key_reply(ks, it.si, results[i], redis_now, lease, bounds);
+        slot->state = ks.view;
+        k->lease = ks.lease;
+        k->used_at = ks.used_at;
+        k->retry_at = ks.retry_at;
+        if (kr.refused) {
+            nrefused++;
+            fault = kr.fault;
+        }
+        if (!lease) continue;
         if (it.si.want > 0) k->asked_at = 0;
-        if (it.si.give_back > 0 && k->lease.units == 0 && give_back_refused(it.si, r.global, redis_now)) {
-            // Redis granted above these units since (another host): they stay this host's, usable
-            // as they drain, and are given back again once they are on top.
-            k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
-        }
-        // The requests that waited for `need` are admitted as of the grant: the lease keeps the rest.
-        it.need_granted = it.si.need > 0 && r.granted >= it.si.need;
-        int64_t rest = it.need_granted ? r.granted - it.si.need : r.granted;
-        if (r.granted > 0 && k->lease.units > 0 && redis_now < k->lease.at) {
-            // Granted before the units this host already holds (another worker's ask, answered
-            // later): they lie below those, whose top stays the lease's.
-            k->lease.units += rest;
-        } else if (r.granted > 0) {
-            // All of it stacks on the lease, then the need is spent at the grant: the lowest units,
-            // so the rest keeps the grant's top.
-            rl::lease_add(k->lease, *it.si.policy, redis_now, r.granted, r.global);
-            if (it.need_granted) rl::lease_take(k->lease, *it.si.policy, redis_now, it.si.need);
-            k->used_at = redis_now;  // a fresh grant is not idle
-        }
-        if (it.si.need > r.granted) {
-            k->retry_at = redis_now + (r.retry_after_us >= 0 ? r.retry_after_us : it.si.policy->period_us);
-        } else {
-            k->retry_at = 0;
-        }
-        if (k->lease.units > 0) rl_sync_mark(h, it.ref);  // given back when idle
+        it.need_granted = kr.need_granted;
+        if (kr.keep) rl_sync_mark(h, it.ref);  // given back when idle
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
+    if (!clock_ok) {
+        refused(call, "Redis's clock stepped (sent again)");
+        return BAD_CLOCK;
+    }
+    if (nrefused > 0) {
+        char why[160];
+        *ngx_snprintf(reinterpret_cast<u_char*>(why), sizeof(why) - 1, "%ui of %uz keys outside what the policy "
+                      "allows (%s): not stored", nrefused, call->n, rl::reply_fault_text(fault)) = '\0';
+        refused(call, why);
+    }
+    return TAKEN;
+}
+
+void call_resend(ngx_event_t* ev) noexcept;
+
+// A call's reply was lost or refused: sent again with its id after an interval, while that is
+// recent enough for the script to remember the call; true if so.
+bool call_again(rl_sync_call_t* call) {
+    rl_sync_zone_t* zs = call->batch->zs;
+    int64_t limit = ngx_exiting || ngx_quit ? kRlSyncResendExiting : kRlSyncResendFor;
+    if (ngx_terminate || rl_sync_local_us() - call->first_sent_us >= limit) return false;
+    call->resend.handler = call_resend;
+    call->resend.data = call;
+    call->resend.log = rl_sync_log;
+    call->resend.cancelable = 0;  // an exiting worker stays for it
+    ngx_add_timer(&call->resend, zs->sync_ms);
     return true;
 }
 
@@ -242,7 +277,8 @@ void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     auto* node = static_cast<rl_redis_node_t*>(op->conn->data);
     rl_retry_t retry{};
     rl_reply_e verdict = rl_node_reply(node, reply, &retry);
-    if (verdict == RL_REPLY_TAKE && take_reply(call, reply)) {
+    taken_e taken = verdict == RL_REPLY_TAKE ? take_reply(call, reply) : BAD_SHAPE;
+    if (taken == TAKEN) {
         call_settled(call);
         return;
     }
@@ -252,9 +288,22 @@ void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
         if (send_call(call, retry.ask)) return;
     }
     u_char what[160];
-    *ngx_snprintf(what, sizeof(what) - 1, "sync of zone \"%V\" failed (its keys go again in the next round)",
-                  &zs->zone->name) = '\0';
-    rl_node_reply_failed(node, reinterpret_cast<char*>(what), reply);
+    bool again = call_again(call);
+    *ngx_snprintf(what, sizeof(what) - 1, "sync of zone \"%V\" failed (%s)", &zs->zone->name,
+                  again ? "sent again with its id" : "its keys go again in the next round") = '\0';
+    if (taken != BAD_CLOCK) rl_node_reply_failed(node, reinterpret_cast<char*>(what), reply);  // (else counted)
+    if (again) return;
+    call_failed(call);
+    call_settled(call);
+}
+
+void call_resend(ngx_event_t* ev) noexcept {
+    auto* call = static_cast<rl_sync_call_t*>(ev->data);
+    call->resends++;
+    call->tries = 0;
+    if (send_call(call, false)) return;
+    rl_sync_log_failure(call->batch->zs, nullptr, "not sent again: Redis unavailable (its keys go again in the next round)",
+                        nullptr);
     call_failed(call);
     call_settled(call);
 }
@@ -294,7 +343,9 @@ bool plan_calls(rl_sync_batch_t* b) {
 void rl_sync_batch_send(rl_sync_batch_t* b) noexcept {
     if (b->items.n == 0 || !plan_calls(b)) {
         if (b->items.n > 0) {
-            rl_sync_call_t all{b, 0, b->items.n, nullptr, 0, 0, 0};
+            rl_sync_call_t all{};
+            all.batch = b;
+            all.n = b->items.n;
             call_failed(&all);
         }
         batch_done(b);

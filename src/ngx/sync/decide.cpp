@@ -4,6 +4,7 @@
 #include "ngx/sync/engine.h"
 
 #include "core/refund.h"
+#include "core/sync_reply.h"
 
 namespace {
 
@@ -70,7 +71,16 @@ rl::Decision sync_decide(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept
     bool down = unavailable(zone);
     if (down) res.flags |= RL_SYNC_ERROR;
     if (zone->sync_mode == RL_SYNC_LEASE) return lease_decide(res, slot, now, down);
-    return rl::decide(slot->state, res.applied->policy, now, res.cost);
+    const rl::Policy& p = res.applied->policy;
+    rl::Decision d = rl::decide(slot->state, p, now, res.cost);
+    // A rejecting view may be one that cannot be true (a reply refused, a debt long paid): the
+    // key has no delta to send, so it asks Redis for its state, every few intervals at most.
+    rl_sync_key_t* k = rl_sync_key(slot);
+    if (!d.allowed && res.cost <= p.capacity() && rl::refresh_due(k->refresh_at, now, zone->sync_us)) {
+        k->refresh = 1;
+        rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));
+    }
+    return d;
 }
 
 void sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {

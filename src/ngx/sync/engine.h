@@ -43,7 +43,17 @@ struct rl_sync_call_t {
     uint16_t slot;
     uint8_t tries;    // retries so far (rl_node_retry_left)
     int64_t sent_us;  // local clock at the send: the clock offset takes half the round trip
+    // A call whose reply was lost or refused is sent again with its id (the script replays the
+    // reply of a call that ran: applied once), for kRlSyncResendFor at most.
+    uint32_t resends;
+    int64_t first_sent_us;
+    ngx_event_t resend;
+    u_char id[40];
+    uint8_t id_len;
 };
+
+constexpr int64_t kRlSyncResendFor = 5000000;  // us; well within the script's memory of a call (10 s)
+constexpr int64_t kRlSyncResendExiting = 1000000;  // us: an exiting worker gives up sooner (its last rounds send the keys)
 
 // A round, or the lease asks of one loop turn for one zone.
 struct rl_sync_batch_t {

@@ -18,10 +18,12 @@ struct rl_sync_key_t {
     int64_t retry_at;     // lease: when Redis said a refused ask would fit (zone clock), 0 if none
     int64_t asked_at;     // lease: an ask for this key is in flight since then (zone clock), 0 if none
     rl::State fallback;   // lease while Redis is away: the local limit / hosts
+    int64_t refresh_at;   // optimistic: a view that rejects asks Redis again from then (zone clock)
+    int64_t refresh;      // optimistic: 1: the next round sends the key, with or without a delta
 };
 static_assert(sizeof(rl_sync_key_t) % 8 == 0, "kept in shared-memory slots");
 
-constexpr uint32_t kRlSyncMagic = 0x524c5331;  // "RLS1": bump when the layout changes
+constexpr uint32_t kRlSyncMagic = 0x524c5332;  // "RLS2": bump when the layout changes
 constexpr size_t kRlHostIdLen = 48;
 
 // Per zone, at the start of its block, then `cap` dirty slot references, then `cap` flags.
@@ -31,6 +33,8 @@ struct rl_sync_shm_t {
     uint32_t ndirty;         // references in the dirty list
     uint32_t down;           // the last reconciliation failed: decisions report ERROR
     int64_t offset_us;       // Redis's clock - this host's CLOCK_REALTIME
+    int64_t clock_candidate; // a larger step of Redis's clock, seen in clock_seen replies in a row
+    int64_t clock_seen;      //   (core/sync_reply.h, accept_clock)
     uint64_t next_sync_at;   // ngx_current_msec (CLOCK_MONOTONIC: the same in every worker)
     uint64_t syncing_since;  // a round is in flight since then (0: none)
     int64_t syncing_pid;

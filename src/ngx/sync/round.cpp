@@ -127,10 +127,13 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                     if (uint32_t* again = keep.push(rl_sync_log)) *again = ref;
                 }
             }
-            if (si.delta.empty() && si.want == 0 && si.give_back == 0) continue;
+            bool refresh = k->refresh != 0;  // optimistic: a rejecting view asks for the global state
+            k->refresh = 0;
+            if (si.delta.empty() && si.want == 0 && si.give_back == 0 && !refresh) continue;
             rl_sync_item_t* it = rl_sync_item_push(b, slot, p);
             if (it == nullptr) {  // out of memory: the key stays for the next round
                 if (si.give_back > 0) k->lease = rl::Lease{si.give_back, si.give_back_top, si.give_back_at};
+                k->refresh = refresh ? 1 : 0;
                 rl_sync_mark(h, ref);
                 break;
             }

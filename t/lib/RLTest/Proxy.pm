@@ -20,6 +20,16 @@ package RLTest::Proxy;
 #     huge_array [bytes [n]]  the same with '*999999999\r\n' (or *n) and ':1\r\n' elements
 #     error $reply         answer every command with the raw bytes $reply (nothing relayed)
 #     reset                reset (RST) each connection when it next sends a command
+#     sync_rewrite $spec [n [zone]]  relay everything, and rewrite the replies to the next n
+#                          (default 1) sync calls ("sync" mode of the script; for keys of zone
+#                          `zone` only, if given), then go back to pass by itself. $spec:
+#                          comma-separated FIELD=VALUE with FIELD one of now (the reply's first
+#                          integer; now+=N adds N) or a, b, c, granted, retry (those of every
+#                          item), or `extra`
+#                          (one integer more: a count off by one)
+#     sync_lose            relay everything; each sync call's reply (Redis ran it) is replaced by
+#                          an error reply: a reply lost after Redis applied the call
+#   $p->rewritten           sync replies rewritten or lost so far
 #   $p->accepted            connections accepted so far
 #   $p->stop                stops the child (also done at the end of the test file)
 # A connection that lost a command (silent, truncate, huge_*) stays out of step with Redis:
@@ -70,6 +80,7 @@ sub mode {
 }
 
 sub accepted { $_[0]->_ask('count') }
+sub rewritten { $_[0]->_ask('rewritten') }
 
 sub _ask {
     my ($self, $line) = @_;
@@ -107,36 +118,51 @@ END {
 
 # ------------------------------------------------------------------ the child
 
-# Removes the complete commands (RESP multibulk or inline) at the start of $$buf; returns how many.
+# The length of the complete command (RESP multibulk or inline) at the start of $buf, or -1.
+sub _command_len {
+    my ($buf) = @_;
+    if (substr($buf, 0, 1) eq '*') {
+        my $e = index($buf, "\r\n");
+        return -1 if $e < 0;
+        my $count = substr($buf, 1, $e - 1);
+        my $pos = $e + 2;
+        for (1 .. ($count =~ /^\d+$/ ? $count : 0)) {
+            my $le = index($buf, "\r\n", $pos);
+            return -1 if $le < 0;
+            my $len = substr($buf, $pos + 1, $le - $pos - 1);
+            $len = 0 unless $len =~ /^\d+$/;
+            $pos = $le + 2 + $len + 2;
+            return -1 if $pos > length $buf;
+        }
+        return $pos;
+    }
+    my $e = index($buf, "\r\n");
+    return $e < 0 ? -1 : $e + 2;
+}
+
+# Removes the complete commands at the start of $$buf; returns how many.
 sub _take_commands {
     my ($buf) = @_;
     my $n = 0;
     while (length $$buf) {
-        my $pos = 0;
-        if (substr($$buf, 0, 1) eq '*') {
-            my $e = index($$buf, "\r\n");
-            last if $e < 0;
-            my $count = substr($$buf, 1, $e - 1);
-            $pos = $e + 2;
-            my $ok = 1;
-            for (1 .. ($count =~ /^\d+$/ ? $count : 0)) {
-                my $le = index($$buf, "\r\n", $pos);
-                if ($le < 0) { $ok = 0; last }
-                my $len = substr($$buf, $pos + 1, $le - $pos - 1);
-                $len = 0 unless $len =~ /^\d+$/;
-                $pos = $le + 2 + $len + 2;
-                if ($pos > length $$buf) { $ok = 0; last }
-            }
-            last unless $ok;
-        } else {
-            my $e = index($$buf, "\r\n");
-            last if $e < 0;
-            $pos = $e + 2;
-        }
-        substr($$buf, 0, $pos) = '';
+        my $len = _command_len($$buf);
+        last if $len < 0;
+        substr($$buf, 0, $len) = '';
         $n++;
     }
     return $n;
+}
+
+# The complete commands at the start of $$buf, removed and returned.
+sub _take_command_texts {
+    my ($buf) = @_;
+    my @out;
+    while (length $$buf) {
+        my $len = _command_len($$buf);
+        last if $len < 0;
+        push @out, substr($$buf, 0, $len, '');
+    }
+    return @out;
 }
 
 sub _serve {
@@ -148,6 +174,7 @@ sub _serve {
     $listen->blocking(0);
     my ($mode, $arg) = ('pass', '');
     my $accepted = 0;
+    our %SYNC = (left => 0, spec => '', zone => '', done => 0, lose => 0);
     my %conns;    # fileno of the client socket -> connection
     my $ctl_buf = '';
     while (1) {
@@ -179,10 +206,20 @@ sub _serve {
                     my $reply = 'ok';
                     if ($cmd eq 'port') { $reply = $listen->sockport }
                     elsif ($cmd eq 'count') { $reply = $accepted }
+                    elsif ($cmd eq 'rewritten') { $reply = $SYNC{done} }
                     elsif ($cmd eq 'mode') {
                         $mode = $a[0];
                         $arg = pack('H*', $a[1] // '');
-                        $reply = "unknown mode" unless $mode =~ /^(pass|silent|truncate|corrupt|drip|huge_bulk|huge_array|error|reset)$/;
+                        $reply = "unknown mode" unless $mode =~ /^(pass|silent|truncate|corrupt|drip|huge_bulk|huge_array|error|reset|sync_rewrite|sync_lose)$/;
+                        $SYNC{lose} = $mode eq 'sync_lose' ? 1 : 0;
+                        if ($mode eq 'sync_rewrite') {
+                            my ($spec, $n, $zone) = split / /, $arg;
+                            @SYNC{qw(spec left zone)} = ($spec // '', $n || 1, $zone // '');
+                        } else {
+                            $SYNC{left} = 0;
+                        }
+                        # Both relay everything: the replies are rewritten on their way back.
+                        $mode = 'pass' if $mode =~ /^sync_/;
                     }
                     syswrite($ctl, "$reply\n");
                 }
@@ -195,7 +232,7 @@ sub _serve {
                     $s->blocking(0);
                     $u->blocking(0) if $u;
                     $conns{ fileno $s } = { c => $s, u => $u, to_c => '', to_u => '', cmds => '', drip => '',
-                        next_drip => 0, dead => 0, gen => undef };
+                        next_drip => 0, dead => 0, gen => undef, seen => '', kinds => [], replies => '' };
                     if (!$u) { close $s; delete $conns{ fileno $s } }
                 }
                 next;
@@ -271,6 +308,64 @@ sub _from_client {
         return;
     }
     $c->{to_u} .= $buf;
+    # Which replies will be sync calls' (kept in step with Redis's replies, in order).
+    $c->{seen} .= $buf;
+    push @{ $c->{kinds} }, map { _kind($_) } _take_command_texts(\$c->{seen});
+}
+
+# 'sync:<the keys>' for a sync call, '' for anything else.
+sub _kind {
+    my ($cmd) = @_;
+    return '' unless $cmd =~ /\r\n\$4\r\nsync\r\n/;
+    my @keys = $cmd =~ /\r\n\$\d+\r\n([^\r\n]*\{[^\r\n]*)\r\n/g;
+    return 'sync:' . join(' ', @keys);
+}
+
+# The length of one complete RESP reply at the start of $buf (from $pos), or -1.
+sub _reply_len {
+    my ($buf, $pos) = @_;
+    $pos //= 0;
+    my $e = index($buf, "\r\n", $pos);
+    return -1 if $e < 0;
+    my $t = substr($buf, $pos, 1);
+    my $v = substr($buf, $pos + 1, $e - $pos - 1);
+    my $end = $e + 2;
+    if ($t eq '$') {
+        return $end - $pos if $v < 0;
+        return length($buf) >= $end + $v + 2 ? $end + $v + 2 - $pos : -1;
+    }
+    if ($t eq '*') {
+        return $end - $pos if $v < 0;
+        for (1 .. $v) {
+            my $l = _reply_len($buf, $end);
+            return -1 if $l < 0;
+            $end += $l;
+        }
+        return $end - $pos;
+    }
+    return $end - $pos;
+}
+
+# A sync call's reply, rewritten as the spec says (a reply that is not an array of integers
+# is left as it is).
+sub _rewrite {
+    my ($reply, $spec) = @_;
+    my @v = $reply =~ /:(-?\d+)\r\n/g;
+    return $reply unless $reply =~ /^\*(\d+)\r\n/ && $1 == @v && @v >= 1;
+    my %f = (a => 0, b => 1, c => 2, granted => 3, retry => 4);
+    my $extra = 0;
+    for my $kv (split /,/, $spec) {
+        my ($k, $val) = split /=/, $kv, 2;
+        $k =~ s/\+$/+/;
+        if ($k eq 'now') { $v[0] = $val }
+        elsif ($k eq 'now+') { $v[0] += $val }
+        elsif ($k eq 'extra') { $extra = 1 }
+        elsif (exists $f{$k}) {
+            for (my $i = 1 + $f{$k}; $i < @v; $i += 5) { $v[$i] = $val }
+        }
+    }
+    push @v, 0 if $extra;
+    return '*' . scalar(@v) . "\r\n" . join('', map { ":$_\r\n" } @v);
 }
 
 sub _from_upstream {
@@ -291,7 +386,27 @@ sub _from_upstream {
         return;
     }
     if (length $c->{drip}) { $c->{drip} .= $buf; return }    # keep the order after drip
-    $c->{to_c} .= $buf;
+    our %SYNC;
+    # Replies in step with the commands: a sync call's may be rewritten or lost.
+    $c->{replies} .= $buf;
+    while (length $c->{replies}) {
+        my $len = _reply_len($c->{replies});
+        last if $len < 0;
+        my $reply = substr($c->{replies}, 0, $len, '');
+        my $kind = shift(@{ $c->{kinds} }) // '';
+        if ($kind =~ /^sync:(.*)/) {
+            my $keys = $1;
+            if ($SYNC{lose}) {
+                $reply = "-ERR ratelimit test proxy: reply lost\r\n";
+                $SYNC{done}++;
+            } elsif ($SYNC{left} > 0 && (!length $SYNC{zone} || index($keys, "{$SYNC{zone}:") >= 0)) {
+                $reply = _rewrite($reply, $SYNC{spec});
+                $SYNC{left}--;
+                $SYNC{done}++;
+            }
+        }
+        $c->{to_c} .= $reply;
+    }
 }
 
 1;
