@@ -73,8 +73,9 @@ void* rl_redis_scratch(rl_redis_t* redis, size_t bytes) noexcept {
 }
 
 bool rl_redis_error_is(const redisReply* reply, const char* prefix) noexcept {
+    if (reply->type != REDIS_REPLY_ERROR) return false;
     size_t n = ngx_strlen(prefix);
-    return reply->type == REDIS_REPLY_ERROR && reply->len >= n && ngx_strncmp(reply->str, prefix, n) == 0;
+    return reply->len >= n && ngx_strncmp(reply->str, prefix, n) == 0;
 }
 
 void rl_node_reload_code(rl_redis_node_t* node) noexcept {
@@ -100,6 +101,7 @@ void rl_node_log_reply(rl_redis_node_t* node, const char* what, const redisReply
 
 rl_reply_e rl_node_reply(rl_redis_node_t* node, const redisReply* reply, rl_retry_t* retry) noexcept {
     if (reply == nullptr) return RL_REPLY_FAILED;
+    if (reply->type != REDIS_REPLY_ERROR) return RL_REPLY_TAKE;
     rl_redis_t* redis = node->redis;
     if (rl_redis_error_is(reply, "NOSCRIPT") || rl_redis_error_is(reply, "ERR Function not found")) {
         // Redis restarted without persistence, or its functions or scripts were flushed:
