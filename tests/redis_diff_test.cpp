@@ -143,7 +143,7 @@ rl::KeyHash random_hash(std::mt19937_64& rng) {
     return h;
 }
 
-// The shared-memory path's all-or-nothing (rl_decide_all in src/ngx/zone.cpp): decide all at
+// The shared-memory path's all-or-nothing (rl_store_decide_local in src/ngx/store_shm.cpp): decide all at
 // one now; commit all if all allow, else report the allowed ones as a cost-0 request would.
 bool reference_decide_all(const std::vector<Limit*>& lims, const std::vector<int64_t>& costs, int64_t now,
                           std::vector<rl::Decision>& out) {

@@ -62,7 +62,7 @@ char* rl_metrics_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexc
 // zones and ratelimit_redis, a ratelimit_redis name longer than a zone's longest.
 ngx_int_t rl_metrics_postconfiguration(ngx_conf_t* cf, const rl_main_conf_t* mcf) noexcept;
 
-// The request's result in each zone whose key was not empty (rl_finish).
+// The request's result in each zone whose key was not empty (access.cpp, at its verdict).
 void rl_metrics_count_results(const rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept;
 
 inline void rl_metrics_add(ngx_atomic_t* counter, ngx_atomic_int_t n) { ngx_atomic_fetch_add(counter, n); }

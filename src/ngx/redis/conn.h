@@ -65,7 +65,7 @@ struct rl_conn_t {
     ngx_connection_t* c;
     rl_conn_state_e state;
     redisReader* reader;
-    void* arena;                 // where the reader builds replies (redis_conn.cpp)
+    void* arena;                 // where the reader builds replies (conn.cpp)
     size_t arena_bytes;          // taken by the reply being read: bounded
     u_char* out;                 // commands not yet written: out[sent, len)
     size_t out_len;
