@@ -2,6 +2,8 @@
 // timer; the answer that still holds the current address keeps it, another one moves it.
 #include "ngx/redis/resolve.h"
 
+#include "ngx/timer.h"
+
 namespace {
 
 constexpr ngx_msec_t kAskEvery = 1000;
@@ -22,8 +24,6 @@ struct rl_resolve_t {
 };
 
 rl_resolve_t* state_of(rl_redis_t* redis) { return static_cast<rl_resolve_t*>(redis->resolve_state); }
-
-bool stopping() { return ngx_exiting || ngx_quit || ngx_terminate; }
 
 void on_resolved(ngx_resolver_ctx_t* ctx) noexcept {
     auto* w = static_cast<rl_watch_t*>(ctx->data);
@@ -85,7 +85,7 @@ void ask(rl_watch_t* w) {
 void on_timer(ngx_event_t* ev) noexcept {
     auto* w = static_cast<rl_watch_t*>(ev->data);
     ask(w);
-    if (!stopping()) ngx_add_timer(ev, kAskEvery);
+    if (!rl_worker_stopping()) ngx_add_timer(ev, kAskEvery);
 }
 
 }  // namespace
@@ -117,14 +117,11 @@ bool rl_resolve_watch(rl_redis_t* redis, rl_conn_t* conn, const ngx_str_t& host,
 
 void rl_resolve_soon(rl_redis_t* redis, rl_conn_t* conn) noexcept {
     rl_resolve_t* st = state_of(redis);
-    if (st == nullptr || stopping()) return;
+    if (st == nullptr || rl_worker_stopping()) return;
     for (ngx_uint_t i = 0; i < st->watches.n; i++) {
         rl_watch_t* w = st->watches.elts[i];
         if (w->conn != conn || w->asking != nullptr) continue;
-        auto since = static_cast<ngx_msec_int_t>(ngx_current_msec - w->asked_at);
-        ngx_msec_t wait = since >= static_cast<ngx_msec_int_t>(kAskSoon) ? 1 : kAskSoon - static_cast<ngx_msec_t>(since);
-        if (w->timer.timer_set) ngx_del_timer(&w->timer);
-        ngx_add_timer(&w->timer, wait);
+        rl_timer_soon(&w->timer, w->asked_at, kAskSoon);
     }
 }
 

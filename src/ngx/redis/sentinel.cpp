@@ -6,6 +6,7 @@
 #include "core/log_text.h"
 #include "core/redis_info.h"
 #include "ngx/redis/resolve.h"
+#include "ngx/timer.h"
 
 namespace {
 
@@ -27,8 +28,6 @@ struct rl_sentinel_t {
 };
 
 rl_sentinel_t* state_of(rl_redis_t* redis) { return static_cast<rl_sentinel_t*>(redis->sentinel_state); }
-
-bool stopping() { return ngx_exiting || ngx_quit || ngx_terminate; }
 
 void ask(rl_sentinel_t* st);
 
@@ -110,7 +109,7 @@ void ask(rl_sentinel_t* st) {
 void on_timer(ngx_event_t* ev) noexcept {
     auto* st = static_cast<rl_sentinel_t*>(ev->data);
     ask(st);
-    if (!stopping()) ngx_add_timer(ev, kAskEvery);
+    if (!rl_worker_stopping()) ngx_add_timer(ev, kAskEvery);
 }
 
 bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply) noexcept {
@@ -201,11 +200,8 @@ bool rl_sentinel_init(rl_redis_t* redis) noexcept {
 
 void rl_sentinel_ask_soon(rl_redis_t* redis) noexcept {
     rl_sentinel_t* st = state_of(redis);
-    if (st == nullptr || stopping() || st->asking) return;
-    auto since = static_cast<ngx_msec_int_t>(ngx_current_msec - st->asked_at);
-    ngx_msec_t wait = since >= static_cast<ngx_msec_int_t>(kAskSoon) ? 1 : kAskSoon - static_cast<ngx_msec_t>(since);
-    if (st->timer.timer_set) ngx_del_timer(&st->timer);
-    ngx_add_timer(&st->timer, wait);
+    if (st == nullptr || rl_worker_stopping() || st->asking) return;
+    rl_timer_soon(&st->timer, st->asked_at, kAskSoon);
 }
 
 void rl_sentinel_exit(rl_redis_t* redis) noexcept {
