@@ -320,6 +320,8 @@ void on_tls_done(ngx_connection_t* c) noexcept {
     }
     c->read->handler = on_read;
     c->write->handler = on_write;
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: TLS up (%s)",
+                   &conn->shared->name, &conn->addr.name, SSL_session_reused(c->ssl->connection) ? "session reused" : "new session");
     ready(conn);
 }
 
