@@ -31,6 +31,10 @@ package RLTest::Sentinel;
 #                                  named it and the time every live Sentinel did ($t_all undef
 #                                  if they never all agreed in time); () on timeout
 #   $s->wait_role_master($addr [, $timeout])  until that server says ROLE master (5 s)
+#   $s->demote($addr)              REPLICAOF the master Sentinel names, sent to the server at $addr
+#                                  (Sentinel converts an old master only ~10 s after a failover)
+#   $s->wait_ready([$timeout])     until a failover can happen (as at the start; 20 s): false
+#                                  if not in time, $s->{why} says what was missing
 #   $s->cmd($sentinel, @args)      (1, reply) or (0, reason), authenticated with sentinel_password
 #   $s->stop                       everything (also done at the end of the test file)
 use strict;
@@ -76,7 +80,8 @@ sub start {
     for my $i (1 .. $self->{nsent}) {
         push @{ $self->{sentinels} }, RLTest::Sentinel::Node->start($self, $master->port);
     }
-    $self->_wait_ready(20);
+    $self->wait_ready(20) or die "RLTest::Sentinel: not ready within 20s: $self->{why}\n" . join('',
+        map { "--- sentinel " . $_->addr . ":\n" . substr($_->log_text, -3000) } $self->sentinels);
     return $self;
 }
 
@@ -90,37 +95,45 @@ sub cmd {
     return $sent->cmd(@args);
 }
 
-# Until every Sentinel names the master, sees every replica up and the other Sentinels, and
-# CKQUORUM passes; every replica's link is up.
-sub _wait_ready {
+# wait_ready([$timeout]): until (for up to $timeout s, 20) every live Sentinel names the same
+# master, that master says ROLE master, every other live server replicates from it (link up)
+# and every Sentinel sees it as a replica that is not down, sees the other live Sentinels, and
+# CKQUORUM passes: a failover can happen now. False on timeout ($s->{why} says what was missing).
+sub wait_ready {
     my ($self, $timeout) = @_;
-    my $deadline = time + $timeout;
-    my $maddr = $self->{servers}[0]->addr;
-    my $why = '';
+    my $deadline = time + ($timeout // 20);
     while (time < $deadline) {
-        $why = $self->_not_ready($maddr) // return 1;
+        my $why = $self->_not_ready;
+        if (!defined $why) { delete $self->{why}; return 1 }
+        $self->{why} = $why;
         sleep 0.1;
     }
-    die "RLTest::Sentinel: not ready within ${timeout}s: $why\n" . join('',
-        map { "--- sentinel " . $_->addr . ":\n" . substr(slurp($_->dir . '/sentinel.log'), -3000) } $self->sentinels);
+    return 0;
 }
 
 sub _not_ready {
-    my ($self, $maddr) = @_;
-    for my $r (@{ $self->{servers} }[1 .. $#{ $self->{servers} }]) {
+    my ($self) = @_;
+    my @sents = grep { $_->{pid} } $self->sentinels;
+    my $maddr = $self->master_addr // return 'no master named';
+    my $m = $self->_server_at($maddr) or return "unknown master $maddr";
+    my ($okr, $role) = $m->cmd('ROLE');
+    return "$maddr is not master" unless $okr && ref $role && $role->[0] eq 'master';
+    my @reps = $self->replicas;
+    for my $r (@reps) {
         my $info = $r->cli('INFO', 'replication');
-        return "replica " . $r->addr . " link not up" unless $info =~ /master_link_status:up/;
+        return "replica " . $r->addr . " link not up" unless $info =~ /master_link_status:up/ && $info =~ /master_port:${\ $m->port }\b/;
     }
-    for my $s ($self->sentinels) {
+    for my $s (@sents) {
         my $a = $self->master_addr($s) // '';
         return "sentinel " . $s->addr . " names '$a'" unless $a eq $maddr;
-        my ($ok, $reps) = $s->cmd('SENTINEL', 'REPLICAS', $self->{name});
-        return "sentinel " . $s->addr . ": REPLICAS failed" unless $ok && ref $reps;
-        my $up = grep { my %h = @$_; ($h{flags} // '') !~ /down|disconnected/ } grep { ref } @$reps;
-        return "sentinel " . $s->addr . " sees $up replicas" unless $up >= $self->{nrep};
-        my ($ok2, $sents) = $s->cmd('SENTINEL', 'SENTINELS', $self->{name});
-        my $n = $ok2 && ref $sents ? @$sents : 0;
-        return "sentinel " . $s->addr . " sees $n other sentinels" unless $n >= $self->{nsent} - 1;
+        my ($ok, $list) = $s->cmd('SENTINEL', 'REPLICAS', $self->{name});
+        return "sentinel " . $s->addr . ": REPLICAS failed" unless $ok && ref $list;
+        my %up = map { my %h = @$_; (($h{flags} // '') !~ /down|disconnected/ ? ("$h{ip}:$h{port}" => 1) : ()) } grep { ref } @$list;
+        my @missing = grep { !$up{ $_->addr } } @reps;
+        return "sentinel " . $s->addr . " does not see replica " . $missing[0]->addr if @missing;
+        my ($ok2, $others) = $s->cmd('SENTINEL', 'SENTINELS', $self->{name});
+        my $n = $ok2 && ref $others ? grep { my %h = @$_; ($h{flags} // '') !~ /down|disconnected/ } grep { ref } @$others : 0;
+        return "sentinel " . $s->addr . " sees $n other sentinels" unless $n >= @sents - 1;
         my ($ok3, $q) = $s->cmd('SENTINEL', 'CKQUORUM', $self->{name});
         return "sentinel " . $s->addr . " CKQUORUM: " . ($q // '') unless $ok3 && ($q // '') =~ /^OK/;
     }
@@ -183,6 +196,16 @@ sub wait_switch {
         sleep 0.05;
     }
     return $new ? ($new, $t_first, undef) : ();
+}
+
+# demote($addr): REPLICAOF the current master, as Sentinel itself does only some 10 s after a
+# failover (the old master of a graceful failover stays a master until then).
+sub demote {
+    my ($self, $addr) = @_;
+    my $r = $self->_server_at($addr) or die "RLTest::Sentinel: no server at $addr\n";
+    my $m = $self->_server_at($self->master_addr) or die "RLTest::Sentinel: no master named\n";
+    my ($ok, $v) = $r->cmd('REPLICAOF', '127.0.0.1', $m->port);
+    return $ok && $v eq 'OK';
 }
 
 sub wait_role_master {
