@@ -111,7 +111,7 @@ sub keys_of_zone { my ($r, $zone) = @_; return scalar(() = $r->keys_matching("rl
 }
 
 # 4. The DNS server fails (SERVFAIL, then silence): the last good address keeps working, also
-# after its connection failed (the Redis at 127.0.0.3 restarted meanwhile).
+# after its connection failed (the Redis at 127.0.0.3 down for a while, then back).
 my $b2_before_fail = keys_of_zone($r2, 'z');
 for my $mode (qw(servfail timeout)) {
     $d->fail('redis.test', $mode);
@@ -126,9 +126,15 @@ for my $mode (qw(servfail timeout)) {
     my @s = map { join ' ', ($n->timed("/a?k=$k"))[0, 1] } 1 .. 6;
     is("@s", join(' ', ('200 PASSED') x 5, '429 REJECTED'), "DNS $mode: still limited at the last good address");
     is(keys_of_zone($r3, 'z') - $b3, 1, "DNS $mode: ... in the Redis at 127.0.0.3");
+    # the Redis goes away while DNS fails: the connection fails, the name is asked again and
+    # fails again; when the Redis is back, the workers reconnect to the last good address
+    $r3->kill_now('KILL');
+    my @down;
+    for (1 .. 6) { push @down, ($n->timed('/a?k=' . fresh_key('down')))[1]; sleep 0.2 }
+    is(join(' ', grep { $_ ne 'ERROR' } @down), '', "DNS $mode, the Redis down: on_error meanwhile");
     $r3->restart;
     my $t = $n->resumes_within(sub { '/a?k=' . fresh_key('rs') }, 5);
-    ok($t < 2.5, sprintf("DNS $mode, the Redis restarted: limiting resumes at the last good address in %.2fs", $t));
+    ok($t < 2.5, sprintf("DNS $mode, the Redis back: limiting resumes at the last good address in %.2fs", $t));
     ok(defined $n->wait_decided(sub { '/w?k=' . fresh_key('w') }, 5), "DNS $mode: every worker decides again");
     ok(keys_of_zone($r3, 'z') >= 1, "DNS $mode: ... in the Redis at 127.0.0.3");
     is(keys_of_zone($r2, 'z') - $b2_before_fail, 0, "DNS $mode: nothing went to 127.0.0.2");
