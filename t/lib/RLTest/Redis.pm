@@ -4,8 +4,8 @@ package RLTest::Redis;
 # every reply bounded by $CLI_TIMEOUT) that RLTest::RedisCluster uses too.
 #
 #   my $r = start_redis(args => [extra redis-server args], password => what cli/cmd send,
-#                       port => N, dir => D);
-#   $r->port, $r->addr, $r->pid
+#                       port => N, dir => D, bind => '127.0.0.2' (default 127.0.0.1));
+#   $r->port, $r->addr, $r->host, $r->pid
 #   $r->cli(@args)              redis-cli's output, without the final newline
 #   $r->cmd(@args)              (1, decoded reply) or (0, reason), over a kept connection
 #   $r->keys_matching($pattern) the keys (few, in tests)
@@ -30,13 +30,13 @@ my @ALL;
 
 # start_redis(%opts) -> RLTest::Redis: a redis-server on a free loopback port, in its own
 # directory, stopped at the end of the test file. opts: args => [extra redis-server args],
-# password => what cli() authenticates with.
+# password => what cli() authenticates with, bind => the loopback address it listens on (127.0.0.1).
 sub start_redis { return __PACKAGE__->start(@_) }
 
 sub start {
     my ($class, %o) = @_;
     my $self = bless { port => $o{port} // free_port(), args => $o{args} || [], password => $o{password},
-        dir => $o{dir} // temp_dir('rlredis'), creator => $$ }, $class;
+        dir => $o{dir} // temp_dir('rlredis'), creator => $$, host => $o{bind} // '127.0.0.1' }, $class;
     push @ALL, $self;
     $self->_spawn;
     return $self;
@@ -48,7 +48,7 @@ sub _spawn {
     if (!$pid) {
         open STDOUT, '>', "$self->{dir}/redis.log";
         open STDERR, '>&', \*STDOUT;
-        exec $SERVER, '--port', $self->{port}, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+        exec $SERVER, '--port', $self->{port}, '--bind', $self->{host}, '--save', '', '--appendonly', 'no',
           '--dir', $self->{dir}, '--daemonize', 'no', @{ $self->{args} }
           or POSIX::_exit(127);
     }
@@ -64,14 +64,15 @@ sub _spawn {
 
 sub port { $_[0]{port} }
 sub pid  { $_[0]{pid} }
-sub addr { "127.0.0.1:$_[0]{port}" }
+sub host { $_[0]{host} }
+sub addr { "$_[0]{host}:$_[0]{port}" }
 
 # cli(@args): runs redis-cli against this server (killed after $CLI_TIMEOUT seconds); returns
 # its output without the newline.
 sub cli {
     my ($self, @args) = @_;
     my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-    my (undef, $out) = run_cmd($CLI_TIMEOUT, $CLI, '-h', '127.0.0.1', '-p', $self->{port}, @auth, @args);
+    my (undef, $out) = run_cmd($CLI_TIMEOUT, $CLI, '-h', $self->{host}, '-p', $self->{port}, @auth, @args);
     $out =~ s/\n\z//;
     return $out;
 }
@@ -84,7 +85,7 @@ sub cmd {
     for my $attempt (1, 2) {
         my $c = $self->{conn};
         if (!$c || $c->{pid} != $$) {
-            $c = $self->{conn} = resp_connect($self->{port}, $self->{password})
+            $c = $self->{conn} = resp_connect($self->{port}, $self->{password}, $self->{host})
               or return (0, "cannot connect to $self->{port}");
         }
         my ($ok, $v) = resp_roundtrip($c, @args);
@@ -104,7 +105,7 @@ sub wait_asleep {
     my ($self, $timeout) = @_;
     my $deadline = time + ($timeout // 2);
     while (time < $deadline) {
-        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port}, Timeout => 1) or return 0;
+        my $s = IO::Socket::INET->new(PeerAddr => $self->{host}, PeerPort => $self->{port}, Timeout => 1) or return 0;
         syswrite $s, "PING\r\n";
         my $answered = IO::Select->new($s)->can_read(0.05);
         close $s;
@@ -146,10 +147,11 @@ sub stop_all { $_->stop for @ALL; @ALL = (); }
 
 # ------------------------------------------------------------------ RESP client
 
-# resp_connect($port [, $password]) -> a connection (AUTH sent if a password is given), or undef.
+# resp_connect($port [, $password [, $host]]) -> a connection (AUTH sent if a password is
+# given) to $host (127.0.0.1), or undef.
 sub resp_connect {
-    my ($port, $password) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp', Timeout => 2) or return undef;
+    my ($port, $password, $host) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => $host // '127.0.0.1', PeerPort => $port, Proto => 'tcp', Timeout => 2) or return undef;
     binmode $s;
     my $c = { s => $s, pid => $$ };
     if (defined $password) {
