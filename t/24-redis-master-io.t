@@ -1,5 +1,6 @@
-# The master does no blocking network I/O: a Redis that answers one byte per 50 ms and seeds
-# that never answer (a listener that never accepts) stall neither `nginx -t`, nor the start,
+# The master does no blocking network I/O: a Redis that answers one byte per 50 ms and seeds,
+# Sentinels, a TLS server that never answer (a listener that never accepts), and a name
+# (`resolve`) whose DNS server never answers, stall neither `nginx -t`, nor the start,
 # nor a reload beyond connect_timeout (+1 s of slack). A mode mismatch (cluster configured
 # against a standalone server, or the reverse) is found by the workers: nginx starts, the
 # mismatch is logged with the directive's file:line, and ratelimit_on_error applies.
@@ -22,12 +23,20 @@ $drip->mode('drip', 50);
 my $hole = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1)
   or die "listen: $!";
 my $hp = $hole->sockport;
+# A DNS server that never answers.
+my $mute = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'udp') or die "udp: $!";
+my $dp = $mute->sockport;
 
 my $http = <<"EOF2";
     ratelimit_redis drip1 ${\ $drip->addr} connect_timeout=${connect_ms}ms timeout=100ms;
     ratelimit_redis drip2 ${\ $drip->addr} connect_timeout=${connect_ms}ms timeout=100ms;
     ratelimit_redis hole  127.0.0.1:$hp connect_timeout=${connect_ms}ms timeout=100ms;
     ratelimit_redis holec cluster 127.0.0.1:$hp connect_timeout=${connect_ms}ms timeout=100ms;
+    # Sentinels, TLS and names resolved by the workers: none of it in the master either.
+    ratelimit_redis holes sentinel=m 127.0.0.1:$hp connect_timeout=${connect_ms}ms timeout=100ms;
+    ratelimit_redis holet 127.0.0.1:$hp ssl ssl_verify=off connect_timeout=${connect_ms}ms timeout=100ms;
+    resolver 127.0.0.1:$dp ipv6=off;
+    ratelimit_redis holer never-answered.test:$hp resolve connect_timeout=${connect_ms}ms timeout=100ms;
     ratelimit_zone z1 key=\$arg_k requests=5 period=1h redis=drip1;
     ratelimit_zone z2 key=\$arg_k requests=5 period=1h redis=drip2;
     ratelimit_zone z3 key=\$arg_k requests=5 period=1h redis=hole;
