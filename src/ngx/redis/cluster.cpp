@@ -68,8 +68,17 @@ rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long por
     u_char* end = ngx_snprintf(text, sizeof(text), v6 ? "[%*s]:%L" : "%*s:%L", host.size(), host.data(), port);
     size_t len = static_cast<size_t>(end - text);
     for (ngx_uint_t i = 0; i < redis->nodes.n; i++) {
-        const ngx_str_t& name = redis->nodes.elts[i]->conn.addr.name;
-        if (name.len == len && ngx_strncmp(name.data, text, len) == 0) return redis->nodes.elts[i];
+        rl_redis_node_t* node = redis->nodes.elts[i];
+        const ngx_str_t& name = node->conn.addr.name;
+        if (name.len != len || ngx_strncmp(name.data, text, len) != 0) continue;
+        // First seen in a MOVED (an address only): the name CLUSTER SLOTS announces serves from
+        // the next connection on.
+        const ngx_str_t& was = node->conn.tls_name;
+        if (!announced.empty() && (was.len != announced.size() || ngx_strncmp(was.data, announced.data(), was.len) != 0)) {
+            ngx_str_t now = tls_name(redis, host, announced);
+            if (now.len) node->conn.tls_name = now;
+        }
+        return node;
     }
     ngx_addr_t addr;
     ngx_memzero(&addr, sizeof(addr));

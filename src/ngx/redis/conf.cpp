@@ -279,6 +279,9 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         } else if (rl_arg(a, "ssl_certificate_key=", v)) {
             if (!file_param(cf, a, v, &redis->ssl_certificate_key)) return static_cast<char*>(NGX_CONF_ERROR);
             ssl_param = &a;
+        } else if ((a.len == 7 && ngx_strncmp(a.data, "cluster", 7) == 0) || rl_arg(a, "sentinel=", v)) {
+            return rl_conf_error(cf, "\"%V\" must come right after the name, and only one of \"cluster\" and "
+                                     "\"sentinel=\"", &a);
         } else if (ngx_strlchr(a.data, a.data + a.len, '=') != nullptr && ngx_strncmp(a.data, "unix:", 5) != 0) {
             return rl_conf_error(cf, "invalid parameter \"%V\"", &a);
         } else {

@@ -630,9 +630,7 @@ bool rl_conn_set_addr(rl_conn_t* conn, const struct sockaddr* sa, socklen_t len)
         return false;
     }
     if (len > sizeof(conn->sockaddr)) return false;
-    if (conn->c != nullptr || conn->state == RL_CONN_BACKOFF) {
-        rl_redis_log_error(conn->shared, 0, "ratelimit redis \"%V\" at %V: moving to another address",
-                           &conn->shared->name, &conn->addr.name);
+    if (conn->c != nullptr || conn->state == RL_CONN_BACKOFF) {  // the caller logs the move
         if (conn->c != nullptr) conn_fail(conn, RL_REDIS_ERR_NONE, 0, nullptr);
         if (conn->retry.timer_set) ngx_del_timer(&conn->retry);
         conn->state = RL_CONN_DOWN;
