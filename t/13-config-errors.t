@@ -184,6 +184,18 @@ C
     ['ratelimit_redis password= twice', <<'C', qr/duplicate parameter "password=" in "ratelimit_redis" directive(?!.*secret-[ab])/s],
     ratelimit_redis r 127.0.0.1:6379 password=secret-a password=secret-b;   # BAD
 C
+    ['ratelimit_redis cluster after an address', <<'C', qr/"cluster" must come right after the name, and only one of "cluster" and "sentinel=" in "ratelimit_redis" directive/],
+    ratelimit_redis r sentinel=m 127.0.0.1:26379 cluster;   # BAD
+C
+    ['ratelimit_redis cluster and sentinel=', <<'C', qr/"sentinel=m" must come right after the name/],
+    ratelimit_redis r cluster 127.0.0.1:6379 sentinel=m;   # BAD
+C
+    ['ratelimit_redis sentinel_password without sentinel=', <<'C', qr/"sentinel_username" and "sentinel_password" need "sentinel=MASTER_NAME" in "ratelimit_redis" directive(?!.*s3cr3t)/s],
+    ratelimit_redis r 127.0.0.1:6379 sentinel_password=s3cr3t;   # BAD
+C
+    ['ratelimit_redis resolve without a resolver', <<'C', qr/"resolve" needs a "resolver" in http\{\} in "ratelimit_redis" directive/],
+    ratelimit_redis r redis.invalid:6379 resolve;   # BAD
+C
     # Shaping (delay=, max_delay=): bucket algorithms only, checked where the algorithm is known.
     ['delay with zone algo=fixed', <<'C', qr/"delay" is not supported by the "fixed" algorithm \(zone "z"\)/],
     ratelimit_zone z key=$arg_k requests=5 period=1m algo=fixed;
