@@ -57,7 +57,7 @@ is(join(' ', $mtls->cmd('PING')), '1 PONG', 'harness: the Perl client speaks mTL
 {
     my %nocert = %{ $mtls->tls };
     delete @nocert{qw(client_cert client_key)};
-    my $conn = RLTest::Redis::resp_connect($mtls->port, undef, \%nocert);
+    my $conn = RLTest::Redis::resp_connect($mtls->port, undef, undef, \%nocert);
     my ($answered) = $conn ? RLTest::Redis::resp_roundtrip($conn, 'PING') : (0);
     ok(!$answered, 'harness: the mTLS Redis refuses a client without a certificate');
     my ($rc, $out) = run_cmd(10, $RLTest::Redis::CLI, '-h', '127.0.0.1', '-p', $good->port, '-a', $pw, '--no-auth-warning', 'PING');

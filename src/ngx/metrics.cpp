@@ -150,7 +150,7 @@ const std::string_view kResultNames[RL_RESULT_N] = {
     "delayed", "delayed_dry_run",
 };
 const std::string_view kErrorNames[RL_REDIS_ERR_N] = {
-    "timeout", "refused", "reset", "protocol", "error_reply", "overflow", "out_of_bounds",
+    "timeout", "refused", "reset", "protocol", "error_reply", "overflow", "out_of_bounds", "tls",
 };
 
 struct snapshot_t {

@@ -318,6 +318,7 @@ ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept {
     if (!rl_resolve_zones(cf)) return NGX_ERROR;
     auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module));
     if (rl_metrics_postconfiguration(cf, mcf) != NGX_OK) return NGX_ERROR;
+    if (rl_redis_postconfiguration(cf, mcf) != NGX_OK) return NGX_ERROR;
     auto* cmcf = static_cast<ngx_http_core_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module));
     auto* h = static_cast<ngx_http_handler_pt*>(ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers));
     if (h == nullptr) return NGX_ERROR;

@@ -25,6 +25,10 @@ package RLTest;
 #               $pki->redis_tls(...) is the tls => {...} of start_redis/start_redis_cluster.
 #               Not exported: `RLTest::TLS->new` after `use RLTest;`
 #   Proxy       start_proxy: a misbehaving Redis in front of a real one (see its header)
+#   Sentinel    start_sentinel_set: a master, replicas and Sentinels; sentinel_addrs, master,
+#               master_addr, kill_master, wait_switch (see its header)
+#   DNS         start_dns: an authoritative DNS server whose answers the test changes: set,
+#               fail, queries, wait_queries, lookup (see its header)
 #   Sync        sync-zone helpers, `use RLTest::Sync;` (see its header)
 #
 # This file itself: every test file is bounded in time (RLTEST_TIMEOUT seconds, default
@@ -49,11 +53,13 @@ use RLTest::Redis qw(start_redis);
 use RLTest::RedisCluster qw(start_redis_cluster);
 use RLTest::Proxy ();
 use RLTest::TLS ();
+use RLTest::Sentinel qw(start_sentinel_set);
+use RLTest::DNS qw(start_dns);
 
 our @EXPORT = qw(free_port start_nginx nginx_t module_so repo_root nginx_bin
   run_clients avoid_window_edge wait_window_offset slurp spew http_request
   conf_line_of gif_body_ok parse_sf_list statuses start_redis start_proxy fresh_key codes tally
-  worker_rss start_redis_cluster run_cmd pid_alive settle_value);
+  worker_rss start_redis_cluster run_cmd pid_alive settle_value start_sentinel_set start_dns);
 
 my $CREATOR = $$;
 
@@ -96,7 +102,8 @@ sub _teardown_check {
 }
 
 # At the end, in this order: every nginx (then the check, if done_testing did not run it),
-# the proxies, the Redis clusters, the other redis-servers. This END runs before those of
+# the proxies, the Redis clusters, the Sentinels and their servers, the other redis-servers,
+# the DNS servers. This END runs before those of
 # the packages above (they were compiled first).
 END {
     my $rc = $?;
@@ -105,7 +112,9 @@ END {
         RLTest::Nginx::stop_all();
         RLTest::Proxy::stop_all();
         RLTest::RedisCluster::stop_all();
+        RLTest::Sentinel::stop_all();
         RLTest::Redis::stop_all();
+        RLTest::DNS::stop_all();
         print STDERR "# RLTEST_KEEP: kept $_\n" for kept_dirs();
         $rc = 255 if $fail && !$rc;
     }

@@ -31,8 +31,37 @@ void on_refresh(ngx_event_t* ev) noexcept {
 
 std::string_view sv(const char* s, size_t n) { return {s, n}; }
 
+// The name a new node's certificate is checked against: ssl_name, else the host name the node
+// announces (cluster-announce-hostname), else its address.
+ngx_str_t tls_name(rl_redis_t* redis, std::string_view host, std::string_view announced) {
+    if (redis->ssl_name.len || !redis->ssl) return redis->ssl_name;
+    std::string_view name = announced.empty() ? host : announced;
+    ngx_str_t out = ngx_null_string;
+    if (name.size() > 253) return out;
+    out.data = static_cast<u_char*>(ngx_pnalloc(redis->pool, name.size()));
+    if (out.data == nullptr) return out;
+    ngx_memcpy(out.data, name.data(), name.size());
+    out.len = name.size();
+    return out;
+}
+
+// The host name in a CLUSTER SLOTS node entry's metadata ([ip, port, id, {hostname: ...}]).
+std::string_view announced_hostname(const redisReply* entry) {
+    if (entry->elements < 4 || entry->element[3]->type != REDIS_REPLY_ARRAY) return {};
+    const redisReply* meta = entry->element[3];
+    for (size_t k = 0; k + 1 < meta->elements; k += 2) {
+        const redisReply* key = meta->element[k];
+        const redisReply* value = meta->element[k + 1];
+        if (key->type == REDIS_REPLY_STRING && sv(key->str, key->len) == "hostname" &&
+            value->type == REDIS_REPLY_STRING) {
+            return sv(value->str, value->len);
+        }
+    }
+    return {};
+}
+
 // The node at host:port, created (and later connected on first use) if new.
-rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long port) {
+rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long port, std::string_view announced = {}) {
     u_char text[NGX_SOCKADDR_STRLEN + 8];
     if (host.size() > NGX_SOCKADDR_STRLEN || port <= 0 || port > 65535) return nullptr;
     bool v6 = host.find(':') != std::string_view::npos;
@@ -54,7 +83,9 @@ rl_redis_node_t* node_at(rl_redis_t* redis, std::string_view host, long long por
     if (addr.name.data == nullptr) return nullptr;
     ngx_memcpy(addr.name.data, text, len);
     addr.name.len = len;
-    return rl_node_add(redis, addr);
+    rl_redis_node_t* node = rl_node_add(redis, addr);
+    if (node != nullptr) node->conn.tls_name = tls_name(redis, host, announced);
+    return node;
 }
 
 ngx_uint_t index_of(rl_redis_t* redis, rl_redis_node_t* node) {
@@ -97,7 +128,7 @@ void on_map(rl_conn_op_t* op, redisReply* reply) noexcept {
         if (host.empty() || host == "?") {
             node = static_cast<rl_redis_node_t*>(op->conn->data);  // the node does not know its own address: it is the one we asked
         } else {
-            node = node_at(redis, host, primary->element[1]->integer);
+            node = node_at(redis, host, primary->element[1]->integer, announced_hostname(primary));
         }
         if (node == nullptr || start->integer < 0 || end->integer >= rl::kClusterSlots) continue;
         auto ref = static_cast<uint16_t>(index_of(redis, node) + 1);

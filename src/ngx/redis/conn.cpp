@@ -7,8 +7,10 @@
 
 #include "core/log_text.h"
 #include "ngx/metrics.h"
+#include "ngx/redis/tls.h"
 
 #include <cstdarg>
+#include <cstdio>
 
 namespace {
 
@@ -131,6 +133,37 @@ redisReplyObjectFunctions kArenaReplies = {create_string, create_array, create_i
 
 void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const char* why) noexcept;
 
+// What nginx logs about the connection (a failed connect, OpenSSL's reason for a failed
+// handshake, read or write) is kept, not written: conn_fail reports it, rate limited.
+void keep_error(ngx_log_t* log, ngx_uint_t, u_char* buf, size_t len) {
+    auto* conn = static_cast<rl_conn_t*>(log->wdata);
+    // "2026/11/25 16:00:00 [crit] 1234#0: *5 SSL_do_handshake() failed (...)": from the message on.
+    u_char* end = buf + len;
+    u_char* p = ngx_strlchr(buf, end, '#');
+    if (p != nullptr && (p = ngx_strlchr(p, end, ':')) != nullptr) {
+        p += 2;
+        if (p < end && *p == '*') {
+            while (p < end && *p != ' ') p++;
+            p++;
+        }
+    }
+    if (p == nullptr || p >= end) p = buf;
+    while (end > p && (end[-1] == '\n' || end[-1] == ' ')) end--;
+    conn->last_error_len = rl::log_text(reinterpret_cast<char*>(p), static_cast<size_t>(end - p),
+                                        reinterpret_cast<char*>(conn->last_error), sizeof(conn->last_error));
+}
+
+// Closes the socket (and its TLS state and pool) of a connection.
+void close_socket(rl_conn_t* conn) {
+    ngx_connection_t* c = conn->c;
+    if (c == nullptr) return;
+    conn->c = nullptr;
+    rl_tls_close(c);
+    ngx_pool_t* pool = c->pool;
+    ngx_close_connection(c);
+    if (pool != nullptr) ngx_destroy_pool(pool);
+}
+
 rl_conn_op_t* op_alloc(rl_conn_shared_t* shared) {
     if (!ngx_queue_empty(&shared->free_ops)) {
         ngx_queue_t* q = ngx_queue_head(&shared->free_ops);
@@ -252,6 +285,67 @@ void on_flush(ngx_event_t* ev) noexcept {
     if (ngx_handle_write_event(conn->c->write, 0) != NGX_OK) conn_fail(conn, RL_REDIS_ERR_RESET, 0, "write event failed");
 }
 
+void on_read(ngx_event_t* rev) noexcept;
+void on_write(ngx_event_t* wev) noexcept;
+
+// The connection is up (TCP, then TLS if any): the handshake's commands go out.
+void ready(rl_conn_t* conn) {
+    conn->state = RL_CONN_READY;
+    conn->ready_at = ngx_current_msec;
+    arm_watchdog(conn);
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: connected",
+                   &conn->shared->name, &conn->addr.name);
+    rl_conn_schedule_flush(conn);
+}
+
+// The TLS handshake ended (or timed out: the connect timer is on the write event).
+void on_tls_done(ngx_connection_t* c) noexcept {
+    auto* conn = static_cast<rl_conn_t*>(c->data);
+    if (c->write->timer_set) ngx_del_timer(c->write);
+    char why[sizeof(conn->last_error) + 64];
+    if (c->ssl == nullptr || !c->ssl->handshaked) {
+        bool timed_out = c->read->timedout || c->write->timedout;
+        if (timed_out) {
+            snprintf(why, sizeof(why), "TLS handshake timed out");
+        } else {
+            snprintf(why, sizeof(why), "TLS handshake failed: %.*s", static_cast<int>(conn->last_error_len),
+                     conn->last_error_len ? reinterpret_cast<char*>(conn->last_error) : "closed by the server");
+        }
+        conn_fail(conn, timed_out ? RL_REDIS_ERR_TIMEOUT : RL_REDIS_ERR_TLS, 0, why);
+        return;
+    }
+    if (!rl_tls_check(conn, why, sizeof(why))) {
+        conn_fail(conn, RL_REDIS_ERR_TLS, 0, why);
+        return;
+    }
+    c->read->handler = on_read;
+    c->write->handler = on_write;
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: TLS up (%s)",
+                   &conn->shared->name, &conn->addr.name, SSL_session_reused(c->ssl->connection) ? "session reused" : "new session");
+    ready(conn);
+}
+
+void connected(rl_conn_t* conn) {
+    if (conn->shared->ssl == nullptr) {
+        ready(conn);
+        return;
+    }
+    conn->last_error_len = 0;
+    ngx_int_t rc = rl_tls_connect(conn, on_tls_done);
+    if (rc == NGX_AGAIN) {
+        ngx_add_timer(conn->c->write, conn->shared->connect_timeout);
+        return;
+    }
+    if (rc == NGX_OK) {
+        on_tls_done(conn->c);
+        return;
+    }
+    char why[sizeof(conn->last_error) + 32];
+    snprintf(why, sizeof(why), "TLS handshake failed: %.*s", static_cast<int>(conn->last_error_len),
+             reinterpret_cast<char*>(conn->last_error));
+    conn_fail(conn, RL_REDIS_ERR_TLS, 0, why);
+}
+
 void on_write(ngx_event_t* wev) noexcept {
     auto* c = static_cast<ngx_connection_t*>(wev->data);
     auto* conn = static_cast<rl_conn_t*>(c->data);
@@ -270,11 +364,8 @@ void on_write(ngx_event_t* wev) noexcept {
             conn_fail(conn, RL_REDIS_ERR_REFUSED, err, "connect failed");
             return;
         }
-        conn->state = RL_CONN_READY;
-        conn->ready_at = ngx_current_msec;
-        arm_watchdog(conn);
-        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: connected",
-                       &conn->shared->name, &conn->addr.name);
+        connected(conn);
+        return;
     }
     on_flush(&conn->flush);
 }
@@ -331,12 +422,17 @@ void on_read(ngx_event_t* rev) noexcept {
     for (;;) {
         ssize_t n = c->recv(c, buf, sizeof(buf));
         if (n == NGX_AGAIN) break;
+        // A TLS port answers plain-text commands by closing: say so before anything was read.
+        bool nothing_yet = conn->shared->ssl == nullptr && conn->state == RL_CONN_READY && conn->handshake > 0 &&
+                           conn->handshake == conn->shared->handshake_replies && conn->reader->len == 0;
         if (n == 0) {
-            conn_fail(conn, lost(conn), 0, "connection closed by Redis");
+            conn_fail(conn, lost(conn), 0, nothing_yet ? "connection closed by Redis before any reply (a TLS port? "
+                                                         "then add \"ssl\")" : "connection closed by Redis");
             return;
         }
         if (n == NGX_ERROR) {
-            conn_fail(conn, lost(conn), ngx_socket_errno, "read failed");
+            conn_fail(conn, lost(conn), ngx_socket_errno, nothing_yet ? "read failed before any reply (a TLS port? "
+                                                                        "then add \"ssl\")" : "read failed");
             return;
         }
         if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(buf), static_cast<size_t>(n)) != REDIS_OK) {
@@ -386,10 +482,7 @@ void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const ch
     }
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, shared->log, 0, "ratelimit redis \"%V\" at %V: connection closed",
                    &shared->name, &conn->addr.name);
-    if (conn->c != nullptr) {
-        ngx_close_connection(conn->c);
-        conn->c = nullptr;
-    }
+    close_socket(conn);
     if (conn->reader != nullptr) {
         redisReaderFree(conn->reader);
         conn->reader = nullptr;
@@ -438,6 +531,7 @@ void conn_open(rl_conn_t* conn) {
     conn->peer.get = ngx_event_get_peer;
     conn->peer.log = &conn->log;
     conn->peer.log_error = NGX_ERROR_ERR;
+    conn->last_error_len = 0;
     ngx_int_t rc = ngx_event_connect_peer(&conn->peer);
     if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED || conn->peer.connection == nullptr) {
         ngx_err_t err = ngx_socket_errno;
@@ -448,14 +542,20 @@ void conn_open(rl_conn_t* conn) {
     ngx_connection_t* c = conn->peer.connection;
     conn->c = c;
     c->data = conn;
-    c->log = shared->log;
-    c->read->log = shared->log;
-    c->write->log = shared->log;
+    // nginx's own messages on a TLS connection (OpenSSL's, at crit) are kept for conn_fail.
+    ngx_log_t* log = shared->ssl ? &conn->log : shared->log;
+    c->log = log;
+    c->read->log = log;
+    c->write->log = log;
     c->read->handler = on_read;
     c->write->handler = on_write;
     c->pool = nullptr;
+    if (shared->ssl != nullptr && (c->pool = ngx_create_pool(1024, shared->log)) == nullptr) {
+        conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
+        return;
+    }
     c->log_error = NGX_ERROR_INFO;  // resets and refusals are reported by conn_fail, rate limited
-    conn->state = rc == NGX_AGAIN ? RL_CONN_CONNECTING : RL_CONN_READY;
+    conn->state = RL_CONN_CONNECTING;
     conn->ready_at = ngx_current_msec;
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, shared->log, 0, "ratelimit redis \"%V\" at %V: connecting (%i)",
                    &shared->name, &conn->addr.name, rc);
@@ -473,6 +573,8 @@ void conn_open(rl_conn_t* conn) {
     }
     if (rc == NGX_AGAIN) {
         ngx_add_timer(c->write, shared->connect_timeout);
+    } else {
+        connected(conn);
     }
 }
 
@@ -515,10 +617,38 @@ void rl_conn_init(rl_conn_t* conn, rl_conn_shared_t* shared, const ngx_addr_t& a
     // nginx logs a failed connect on every attempt, at "error" (refused, unreachable) or "crit"
     // (a unix socket not there): ours are reported once a second, with the reason.
     conn->log = *shared->log;
-    conn->log.log_level = NGX_LOG_ALERT;
+    conn->log.log_level = NGX_LOG_INFO;
+    conn->log.writer = keep_error;
+    conn->log.wdata = conn;
+    conn->log.next = nullptr;
+    conn->log.handler = nullptr;
+}
+
+bool rl_conn_set_addr(rl_conn_t* conn, const struct sockaddr* sa, socklen_t len) noexcept {
+    if (conn->addr.sockaddr != nullptr && ngx_cmp_sockaddr(conn->addr.sockaddr, conn->addr.socklen,
+                                                           const_cast<struct sockaddr*>(sa), len, 1) == NGX_OK) {
+        return false;
+    }
+    if (len > sizeof(conn->sockaddr)) return false;
+    if (conn->c != nullptr || conn->state == RL_CONN_BACKOFF) {
+        rl_redis_log_error(conn->shared, 0, "ratelimit redis \"%V\" at %V: moving to another address",
+                           &conn->shared->name, &conn->addr.name);
+        if (conn->c != nullptr) conn_fail(conn, RL_REDIS_ERR_NONE, 0, nullptr);
+        if (conn->retry.timer_set) ngx_del_timer(&conn->retry);
+        conn->state = RL_CONN_DOWN;
+        conn->backoff = kBackoffMin;
+    }
+    rl_tls_forget(conn);  // another server
+    ngx_memcpy(&conn->sockaddr, sa, len);
+    conn->addr.sockaddr = &conn->sockaddr.sockaddr;
+    conn->addr.socklen = len;
+    conn->addr.name.data = conn->addr_text;
+    conn->addr.name.len = ngx_sock_ntop(&conn->sockaddr.sockaddr, len, conn->addr_text, sizeof(conn->addr_text), 1);
+    return true;
 }
 
 bool rl_conn_usable(rl_conn_t* conn) noexcept {
+    if (conn->addr.sockaddr == nullptr) return false;  // not known yet
     if (conn->state == RL_CONN_DOWN) conn_open(conn);
     return conn->state == RL_CONN_CONNECTING || conn->state == RL_CONN_READY;
 }
@@ -547,8 +677,8 @@ void rl_conn_close(rl_conn_t* conn) noexcept {
     }
     rl_metrics_in_flight(conn->shared->metrics, -static_cast<ngx_int_t>(conn->ninflight));
     conn->ninflight = 0;
+    rl_tls_forget(conn);
     if (conn->c == nullptr) return;
-    ngx_close_connection(conn->c);
-    conn->c = nullptr;
+    close_socket(conn);
     conn->state = RL_CONN_DOWN;
 }

@@ -55,6 +55,8 @@ struct rl_conn_shared_t {
     time_t error_logged;         // errors are logged once per second
     ngx_uint_t errors_suppressed;
     struct rl_metrics_redis_t* metrics;  // shared-memory counters (metrics.cpp), or nullptr
+    void* ssl;                   // the ngx_ssl_t when connections speak TLS (tls.cpp), or nullptr
+    bool ssl_verify;             // the certificate and its name are checked
 };
 
 struct rl_conn_t {
@@ -80,12 +82,24 @@ struct rl_conn_t {
     ngx_event_t retry;           // reconnect after a failure
     ngx_event_t flush;           // posted: one write for all commands of this loop turn
     ngx_event_t watchdog;        // closes the connection when its oldest command is long overdue
-    ngx_log_t log;               // connect errors are reported by us, rate limited
+    ngx_log_t log;               // what nginx logs on the connection is kept here (last_error), and
+                                 // reported by us, rate limited
+    u_char last_error[160];      // nginx's last message about this connection (OpenSSL's reason)
+    size_t last_error_len;
+    ngx_str_t tls_name;          // checked against the certificate, sent as SNI unless an address
+    void* tls_session;           // the last TLS session, resumed on reconnect
+    ngx_sockaddr_t sockaddr;     // the address, once rl_conn_set_addr gave one
+    u_char addr_text[NGX_SOCKADDR_STRLEN];
     unsigned flushing:1;         // in the flush: what is queued now is written by it
     unsigned too_large:1;        // the reply being read went past the bounds
 };
 
+// `addr` may have no sockaddr yet (a Sentinel's master, a name to resolve): the connection then
+// takes nothing until rl_conn_set_addr gives it one.
 void rl_conn_init(rl_conn_t* conn, rl_conn_shared_t* shared, const ngx_addr_t& addr, void* data) noexcept;
+// Points the connection at another address (copied): an open connection to the old one is
+// closed (what it had in flight fails). False if it is the same address.
+bool rl_conn_set_addr(rl_conn_t* conn, const struct sockaddr* sa, socklen_t len) noexcept;
 // Whether the connection takes commands now (connecting it if it is down).
 bool rl_conn_usable(rl_conn_t* conn) noexcept;
 // Queues a command for the end of this loop turn; nullptr if unusable or out of memory.

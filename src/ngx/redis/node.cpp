@@ -36,6 +36,7 @@ rl_redis_node_t* rl_node_add(rl_redis_t* redis, const ngx_addr_t& addr) noexcept
 void rl_node_failed(rl_redis_node_t* node) noexcept {
     node->reloading = 0;
     rl_cluster_node_failed(node);
+    if (node->redis->address_stale) node->redis->address_stale(node);
 }
 
 bool rl_node_can_take(rl_redis_node_t* node, ngx_uint_t more) noexcept {
@@ -133,6 +134,10 @@ void rl_node_reply_failed(rl_redis_node_t* node, const char* what, const redisRe
     rl_redis_t* redis = node->redis;
     if (reply != nullptr) {
         if (redis->cluster) rl_cluster_refresh_soon(redis);  // CLUSTERDOWN, TRYAGAIN...
+        // A master that became a replica, or lost its own: the address may have moved.
+        if ((rl_redis_error_is(reply, "READONLY") || rl_redis_error_is(reply, "MASTERDOWN")) && redis->address_stale) {
+            redis->address_stale(node);
+        }
         rl_metrics_redis_error(redis->conn.metrics, reply->type == REDIS_REPLY_ERROR ? RL_REDIS_ERR_ERROR_REPLY
                                                                                      : RL_REDIS_ERR_PROTOCOL);
     }

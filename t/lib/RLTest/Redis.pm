@@ -4,8 +4,8 @@ package RLTest::Redis;
 # every reply bounded by $CLI_TIMEOUT) that RLTest::RedisCluster uses too.
 #
 #   my $r = start_redis(args => [extra redis-server args], password => what cli/cmd send,
-#                       port => N, dir => D, tls => {...});
-#   $r->port, $r->addr, $r->pid, $r->tls (the tls hash or undef)
+#                       port => N, dir => D, bind => '127.0.0.2' (default 127.0.0.1), tls => {...});
+#   $r->port, $r->addr, $r->host, $r->pid, $r->tls (the tls hash or undef)
 #   $r->cli(@args)              redis-cli's output, without the final newline
 #   $r->cmd(@args)              (1, decoded reply) or (0, reason), over a kept connection
 #   $r->keys_matching($pattern) the keys (few, in tests)
@@ -38,7 +38,8 @@ my @ALL;
 
 # start_redis(%opts) -> RLTest::Redis: a redis-server on a free loopback port, in its own
 # directory, stopped at the end of the test file. opts: args => [extra redis-server args],
-# password => what cli() authenticates with, tls => {...} (see above).
+# password => what cli() authenticates with, bind => the loopback address it listens on
+# (127.0.0.1), tls => {...} (see above).
 sub start_redis { return __PACKAGE__->start(@_) }
 
 sub start {
@@ -53,7 +54,7 @@ sub start {
         require IO::Socket::SSL;
     }
     my $self = bless { port => $o{port} // free_port(), args => $o{args} || [], password => $o{password},
-        dir => $o{dir} // temp_dir('rlredis'), creator => $$, tls => $tls }, $class;
+        dir => $o{dir} // temp_dir('rlredis'), creator => $$, host => $o{bind} // '127.0.0.1', tls => $tls }, $class;
     push @ALL, $self;
     $self->_spawn;
     return $self;
@@ -69,7 +70,7 @@ sub _spawn {
         my @port = $t ? ('--port', 0, '--tls-port', $self->{port}, '--tls-cert-file', $t->{cert},
             '--tls-key-file', $t->{key}, '--tls-ca-cert-file', $t->{ca}, '--tls-auth-clients', $t->{auth_clients})
           : ('--port', $self->{port});
-        exec $SERVER, @port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+        exec $SERVER, @port, '--bind', $self->{host}, '--save', '', '--appendonly', 'no',
           '--dir', $self->{dir}, '--daemonize', 'no', @{ $self->{args} }
           or POSIX::_exit(127);
     }
@@ -85,7 +86,8 @@ sub _spawn {
 
 sub port { $_[0]{port} }
 sub pid  { $_[0]{pid} }
-sub addr { "127.0.0.1:$_[0]{port}" }
+sub host { $_[0]{host} }
+sub addr { "$_[0]{host}:$_[0]{port}" }
 sub tls  { $_[0]{tls} }
 
 # cli_tls_args($tls): the redis-cli options that talk to a server started with tls => $tls
@@ -102,7 +104,7 @@ sub cli_tls_args {
 sub cli {
     my ($self, @args) = @_;
     my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-    my (undef, $out) = run_cmd($CLI_TIMEOUT, $CLI, '-h', '127.0.0.1', '-p', $self->{port}, cli_tls_args($self->{tls}), @auth, @args);
+    my (undef, $out) = run_cmd($CLI_TIMEOUT, $CLI, '-h', $self->{host}, '-p', $self->{port}, cli_tls_args($self->{tls}), @auth, @args);
     $out =~ s/\n\z//;
     return $out;
 }
@@ -115,7 +117,7 @@ sub cmd {
     for my $attempt (1, 2) {
         my $c = $self->{conn};
         if (!$c || $c->{pid} != $$) {
-            $c = $self->{conn} = resp_connect($self->{port}, $self->{password}, $self->{tls})
+            $c = $self->{conn} = resp_connect($self->{port}, $self->{password}, $self->{host}, $self->{tls})
               or return (0, "cannot connect to $self->{port}");
         }
         my ($ok, $v) = resp_roundtrip($c, @args);
@@ -135,7 +137,7 @@ sub wait_asleep {
     my ($self, $timeout) = @_;
     my $deadline = time + ($timeout // 2);
     while (time < $deadline) {
-        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $self->{port}, Timeout => 1) or return 0;
+        my $s = IO::Socket::INET->new(PeerAddr => $self->{host}, PeerPort => $self->{port}, Timeout => 1) or return 0;
         if ($self->{tls}) {
             # a sleeping server does not answer the handshake either (its event loop does it)
             my $ok = _start_tls($s, $self->{tls}, 0.05);
@@ -182,11 +184,11 @@ sub stop_all { $_->stop for @ALL; @ALL = (); }
 
 # ------------------------------------------------------------------ RESP client
 
-# resp_connect($port [, $password [, $tls]]) -> a connection (AUTH sent if a password is
-# given; over TLS with a tls hash as start_redis's), or undef.
+# resp_connect($port [, $password [, $host [, $tls]]]) -> a connection (AUTH sent if a
+# password is given) to $host (127.0.0.1), over TLS with a tls hash as start_redis's; or undef.
 sub resp_connect {
-    my ($port, $password, $tls) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp', Timeout => 2) or return undef;
+    my ($port, $password, $host, $tls) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => $host // '127.0.0.1', PeerPort => $port, Proto => 'tcp', Timeout => 2) or return undef;
     binmode $s;
     if ($tls) { _start_tls($s, $tls, 2) or return undef }
     my $c = { s => $s, pid => $$ };

@@ -143,7 +143,7 @@ sub cmd {
     for my $attempt (1, 2) {
         my $c = $self->{conns}{ $node->port };
         if (!$c || $c->{pid} != $$) {
-            $c = $self->{conns}{ $node->port } = RLTest::Redis::resp_connect($node->port, $self->{password}, $self->{tls}) or return (0, "cannot connect to " . $node->port);
+            $c = $self->{conns}{ $node->port } = RLTest::Redis::resp_connect($node->port, $self->{password}, $node->host, $self->{tls}) or return (0, "cannot connect to " . $node->port);
         }
         my ($ok, $v) = RLTest::Redis::resp_roundtrip($c, @args);
         return (1, $v) if $ok;

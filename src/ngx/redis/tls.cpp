@@ -1,0 +1,140 @@
+// TLS through nginx's OpenSSL layer, as proxy_ssl_* does it: verification is asked of
+// OpenSSL and its result read once the handshake is done, so a bad certificate is reported
+// with its reason rather than as a failed handshake.
+#include "ngx/redis/tls.h"
+
+#include <cstdio>
+
+#if (NGX_SSL)
+
+namespace {
+
+constexpr ngx_int_t kVerifyDepth = 4;
+
+bool is_address(const ngx_str_t& name) {
+    u_char buf[NGX_SOCKADDR_STRLEN];
+    if (name.len == 0 || name.len >= sizeof(buf)) return false;
+    ngx_memcpy(buf, name.data, name.len);
+    buf[name.len] = '\0';
+    unsigned char bin[16];
+    return inet_pton(AF_INET, reinterpret_cast<char*>(buf), bin) == 1 ||
+           inet_pton(AF_INET6, reinterpret_cast<char*>(buf), bin) == 1;
+}
+
+void save_session(ngx_connection_t* c) {
+    auto* conn = static_cast<rl_conn_t*>(c->data);
+    ngx_ssl_session_t* session = ngx_ssl_get_session(c);
+    if (session == nullptr) return;
+    rl_tls_forget(conn);
+    conn->tls_session = session;
+}
+
+void free_ctx(void* data) { ngx_ssl_cleanup_ctx(data); }
+
+}  // namespace
+
+bool rl_tls_available() noexcept { return true; }
+
+void* rl_tls_create(ngx_conf_t* cf, const rl_tls_conf_t& conf) noexcept {
+    auto* ssl = static_cast<ngx_ssl_t*>(ngx_pcalloc(cf->pool, sizeof(ngx_ssl_t)));
+    if (ssl == nullptr) return nullptr;
+    ssl->log = cf->log;
+    if (ngx_ssl_create(ssl, NGX_SSL_TLSv1_2 | NGX_SSL_TLSv1_3, nullptr) != NGX_OK) return nullptr;
+    ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == nullptr) {
+        ngx_ssl_cleanup_ctx(ssl);
+        return nullptr;
+    }
+    cln->handler = free_ctx;
+    cln->data = ssl;
+    if (conf.certificate.len) {
+        ngx_str_t cert = conf.certificate;
+        ngx_str_t key = conf.certificate_key;
+        if (ngx_ssl_certificate(cf, ssl, &cert, &key, nullptr) != NGX_OK) return nullptr;
+    }
+    if (conf.verify) {
+        ngx_str_t trusted = conf.trusted_certificate;
+        if (ngx_ssl_trusted_certificate(cf, ssl, &trusted, kVerifyDepth) != NGX_OK) return nullptr;
+        if (trusted.len == 0 && SSL_CTX_set_default_verify_paths(ssl->ctx) != 1) {
+            ngx_ssl_error(NGX_LOG_EMERG, cf->log, 0, const_cast<char*>("SSL_CTX_set_default_verify_paths() failed"));
+            return nullptr;
+        }
+    }
+    if (ngx_ssl_client_session_cache(cf, ssl, 1) != NGX_OK) return nullptr;
+    return ssl;
+}
+
+ngx_int_t rl_tls_connect(rl_conn_t* conn, ngx_connection_handler_pt handler) noexcept {
+    ngx_connection_t* c = conn->c;
+    if (ngx_ssl_create_connection(static_cast<ngx_ssl_t*>(conn->shared->ssl), c, NGX_SSL_CLIENT) != NGX_OK) {
+        return NGX_ERROR;
+    }
+    // SNI carries a host name, never an address (RFC 6066).
+    if (conn->tls_name.len && !is_address(conn->tls_name)) {
+        u_char name[256];
+        if (conn->tls_name.len < sizeof(name)) {
+            ngx_memcpy(name, conn->tls_name.data, conn->tls_name.len);
+            name[conn->tls_name.len] = '\0';
+            SSL_set_tlsext_host_name(c->ssl->connection, reinterpret_cast<char*>(name));
+        }
+    }
+    if (conn->tls_session != nullptr &&
+        ngx_ssl_set_session(c, static_cast<ngx_ssl_session_t*>(conn->tls_session)) != NGX_OK) {
+        return NGX_ERROR;
+    }
+    c->ssl->save_session = save_session;
+    c->ssl->handler = handler;
+    return ngx_ssl_handshake(c);
+}
+
+bool rl_tls_check(rl_conn_t* conn, char* why, size_t size) noexcept {
+    if (!conn->shared->ssl_verify) return true;
+    SSL* ssl = conn->c->ssl->connection;
+    long rc = SSL_get_verify_result(ssl);
+    if (rc != X509_V_OK) {
+        snprintf(why, size, "certificate verify failed: %s", X509_verify_cert_error_string(rc));
+        return false;
+    }
+    const ngx_str_t& name = conn->tls_name;
+    bool match;
+    if (is_address(name)) {
+        X509* cert = SSL_get_peer_certificate(ssl);
+        u_char text[NGX_SOCKADDR_STRLEN];
+        ngx_memcpy(text, name.data, name.len);
+        text[name.len] = '\0';
+        match = cert != nullptr && X509_check_ip_asc(cert, reinterpret_cast<char*>(text), 0) == 1;
+        if (cert != nullptr) X509_free(cert);
+    } else {
+        ngx_str_t n = name;
+        match = ngx_ssl_check_host(conn->c, &n) == NGX_OK;
+    }
+    if (!match) {
+        snprintf(why, size, "certificate does not match \"%.*s\"", static_cast<int>(name.len), name.data);
+        return false;
+    }
+    return true;
+}
+
+void rl_tls_close(ngx_connection_t* c) noexcept {
+    if (c->ssl == nullptr) return;
+    c->ssl->no_wait_shutdown = 1;
+    c->ssl->no_send_shutdown = 1;
+    ngx_ssl_shutdown(c);
+}
+
+void rl_tls_forget(rl_conn_t* conn) noexcept {
+    if (conn->tls_session == nullptr) return;
+    ngx_ssl_free_session(static_cast<ngx_ssl_session_t*>(conn->tls_session));
+    conn->tls_session = nullptr;
+}
+
+#else
+
+bool rl_tls_available() noexcept { return false; }
+void* rl_tls_create(ngx_conf_t*, const rl_tls_conf_t&) noexcept { return nullptr; }
+ngx_int_t rl_tls_connect(rl_conn_t*, ngx_connection_handler_pt) noexcept { return NGX_ERROR; }
+bool rl_tls_check(rl_conn_t*, char*, size_t) noexcept { return false; }
+void rl_tls_close(ngx_connection_t*) noexcept {}
+void rl_tls_forget(rl_conn_t*) noexcept {}
+
+#endif
