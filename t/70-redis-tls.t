@@ -3,7 +3,8 @@
 # not trusted, a certificate for another name, an expired one, a plain server behind "ssl", a
 # TLS server without "ssl", a handshake that never ends) gets on_error quickly and a log line
 # that says why; ssl_verify=off warns once; no secret in the log; one handshake per connection,
-# not per request; nginx -t refuses bad ssl parameters naming the file and line; a TLS Redis
+# not per request, and the session resumed on a new connection (debug log); SNI only for a
+# name; nginx -t refuses bad ssl parameters naming the file and line; a TLS Redis
 # Cluster: limits, a MOVED followed, a failover survived. The PKI is made here (RLTest::TLS).
 use strict;
 use warnings;
@@ -242,9 +243,6 @@ is((seq_of('/warm?k=' . fresh_key(), 2))[0], '200 PASSED 200 PASSED', 'the good 
     is($r->{':values'}{PASSED} // 0, 200, 'handshakes: 200 requests decided over TLS');
     ok($before >= 0 && $after - $before <= 2, 'handshakes: ' . ($after - $before) . ' new connections to Redis for 200 requests (the 2 workers were connected already)');
 }
-SKIP: {
-    skip 'TLS session reuse: Redis reports no resumed handshakes (INFO has no counter)', 1;
-}
 # Connections lost: new handshakes (resuming the kept session, the server's cache still has
 # it), then the server restarted (its cache gone: a full handshake again).
 {
@@ -265,6 +263,29 @@ SKIP: {
     is(join(' ', $n->worker_pids), join(' ', @workers), 'the same workers run: none crashed');
 }
 $n->stop;
+
+# 8. The TLS session is kept and offered again: after its connection is killed, the next
+# handshake resumes it (Redis caches sessions; the module's debug log says which).
+SKIP: {
+    skip 'this nginx is not built --with-debug', 3 unless `${\ nginx_bin()} -V 2>&1` =~ /--with-debug/;
+    my $d = start_nginx(<<"EOF2", workers => 1, log_level => 'debug');
+    ratelimit_redis main 127.0.0.1:$gp $ssl password=$pw prefix=t70s: $tmo;
+    ratelimit_zone zs key=\$arg_k requests=1000 period=1h burst=999 redis=main;
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        add_header X-Status \$ratelimit_status always;
+        location / { ratelimit zone=zs; empty_gif; }
+    }
+EOF2
+    my $at = qr/ratelimit redis "main" at 127\.0\.0\.1:$gp: TLS up/;
+    ok($d->resumes_within(sub { '/?k=' . fresh_key() }, 5) < 5, 'sessions: decided over TLS');
+    ok($d->wait_log(qr/$at \(new session\)/, 3), 'sessions: the first handshake makes a new session');
+    $good->cli('CLIENT', 'KILL', 'TYPE', 'normal');
+    $d->resumes_within(sub { '/?k=' . fresh_key() }, 5);
+    ok($d->wait_log(qr/$at \(session reused\)/, 3), 'sessions: the handshake after the connection was lost resumed the session')
+      or diag(join "\n", grep { /TLS up/ } split /\n/, $d->error_log);
+    $d->stop;
+}
 
 # ------------------------------------------------------------------ nginx -t
 {
