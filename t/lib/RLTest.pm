@@ -16,8 +16,14 @@ package RLTest;
 #   KeepAlive   one keep-alive connection: new($port), get, close
 #   Clients     statuses run_clients codes tally
 #   Redis       start_redis; $r->cli/cmd/keys_matching/wait_asleep/kill_now/restart/stop;
-#               the RESP client
-#   RedisCluster  start_redis_cluster: nodes, slots, migrations, failovers (see its header)
+#               the RESP client; start_redis(tls => {...}): a TLS-only server, and the
+#               harness's clients speak TLS to it (see its header)
+#   RedisCluster  start_redis_cluster: nodes, slots, migrations, failovers (see its header);
+#               tls => {...}: every node, the bus and replication over TLS
+#   TLS         RLTest::TLS->new: a test PKI made with the openssl CLI (a CA; server, client,
+#               expired, wrong-name and untrusted-CA certificates; see its header);
+#               $pki->redis_tls(...) is the tls => {...} of start_redis/start_redis_cluster.
+#               Not exported: `RLTest::TLS->new` after `use RLTest;`
 #   Proxy       start_proxy: a misbehaving Redis in front of a real one (see its header)
 #   Sentinel    start_sentinel_set: a master, replicas and Sentinels; sentinel_addrs, master,
 #               master_addr, kill_master, wait_switch (see its header)
@@ -46,6 +52,7 @@ use RLTest::Nginx qw(nginx_bin start_nginx nginx_t);
 use RLTest::Redis qw(start_redis);
 use RLTest::RedisCluster qw(start_redis_cluster);
 use RLTest::Proxy ();
+use RLTest::TLS ();
 use RLTest::Sentinel qw(start_sentinel_set);
 use RLTest::DNS qw(start_dns);
 

@@ -8,7 +8,12 @@ package RLTest::RedisCluster;
 # by redis-cli --cluster reshard; failovers by CLUSTER FAILOVER or by killing a primary. Every
 # wait is bounded; the nodes are stopped at the end (TERM, then KILL after 3s).
 #
-#   my $c = start_redis_cluster(primaries => 3, replicas => 1, password => undef);
+#   my $c = start_redis_cluster(primaries => 3, replicas => 1, password => undef, tls => undef);
+# tls => {...} (as RLTest::Redis's, e.g. $pki->redis_tls): every node TLS-only (--port 0), the
+# cluster bus and replication over TLS too (tls-cluster yes, tls-replication yes; the nodes
+# present their server certificate to each other, so it must allow clientAuth as RLTest::TLS's
+# does); the cluster is created, resharded, migrated and asked over TLS; CLUSTER NODES and
+# MOVED/ASK name the TLS ports. $c->tls is that hash (undef without TLS).
 # Nodes and topology
 #   $c->nodes, $c->live_nodes         every node (RLTest::Redis: port, addr, pid, restart ...)
 #   $c->primaries                     live primaries owning slots, in the order of their first slot
@@ -65,8 +70,9 @@ sub start {
     my $np = $o{primaries} // 3;
     my $nr = $o{replicas}  // 0;
     die "a cluster needs at least 3 primaries\n" if $np < 3;
+    my $tls = $o{tls} ? { auth_clients => 'no', %{ $o{tls} } } : undef;
     my $self = bless { password => $o{password}, creator => $$, nodes => [], ids => {},
-        node_timeout => $o{node_timeout} // 1000 }, $class;
+        node_timeout => $o{node_timeout} // 1000, tls => $tls }, $class;
     push @CLUSTERS, $self;
     my @args = ('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
         '--cluster-node-timeout', $self->{node_timeout}, '--cluster-replica-validity-factor', '0',
@@ -74,6 +80,7 @@ sub start {
         '--cluster-require-full-coverage', ($o{full_coverage} ? 'yes' : 'no'),
         '--enable-debug-command', 'local', '--repl-diskless-sync-delay', '0', @{ $o{args} || [] });
     push @args, '--requirepass', $o{password}, '--masterauth', $o{password} if defined $o{password};
+    push @args, '--tls-cluster', 'yes', '--tls-replication', 'yes' if $tls;
     my %used = map { $_ => 1 } @{ $o{ports} || [] };
     my @given = @{ $o{ports} || [] };
     my $port = sub {
@@ -83,11 +90,11 @@ sub start {
     for (1 .. $np * (1 + $nr)) {
         my $p = @given ? shift @given : $port->();
         my $bus = $port->();
-        push @{ $self->{nodes} }, RLTest::Redis->start(port => $p, password => $o{password},
+        push @{ $self->{nodes} }, RLTest::Redis->start(port => $p, password => $o{password}, tls => $tls,
             args => [@args, '--cluster-port', $bus]);
     }
     my @auth = defined $o{password} ? ('-a', $o{password}, '--no-auth-warning') : ();
-    my ($rc, $out) = run_cmd(60, $RLTest::Redis::CLI, @auth, '--cluster', 'create',
+    my ($rc, $out) = run_cmd(60, $RLTest::Redis::CLI, RLTest::Redis::cli_tls_args($tls), @auth, '--cluster', 'create',
         (map { $_->addr } @{ $self->{nodes} }), '--cluster-replicas', $nr, '--cluster-yes');
     die "redis-cli --cluster create failed (rc $rc):\n$out\n" if $rc != 0 || $out !~ /All 16384 slots covered/;
     $self->wait_ok(20);
@@ -115,7 +122,8 @@ sub cli {
     my ($self, $node, @args) = @_;
     if (@args && $args[0] =~ /^-/) {
         my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-        my (undef, $out) = run_cmd($RLTest::Redis::CLI_TIMEOUT, $RLTest::Redis::CLI, '-h', '127.0.0.1', '-p', $node->port, @auth, @args);
+        my (undef, $out) = run_cmd($RLTest::Redis::CLI_TIMEOUT, $RLTest::Redis::CLI, '-h', '127.0.0.1', '-p', $node->port,
+            RLTest::Redis::cli_tls_args($self->{tls}), @auth, @args);
         $out =~ s/\n\z//;
         return $out;
     }
@@ -135,7 +143,7 @@ sub cmd {
     for my $attempt (1, 2) {
         my $c = $self->{conns}{ $node->port };
         if (!$c || $c->{pid} != $$) {
-            $c = $self->{conns}{ $node->port } = RLTest::Redis::resp_connect($node->port, $self->{password}) or return (0, "cannot connect to " . $node->port);
+            $c = $self->{conns}{ $node->port } = RLTest::Redis::resp_connect($node->port, $self->{password}, $node->host, $self->{tls}) or return (0, "cannot connect to " . $node->port);
         }
         my ($ok, $v) = RLTest::Redis::resp_roundtrip($c, @args);
         return (1, $v) if $ok;
@@ -148,6 +156,7 @@ sub cmd {
 
 sub _flat { return map { ref $_ eq 'ARRAY' ? _flat(@$_) : $_ // '' } @_ }
 
+sub tls { $_[0]{tls} }
 sub nodes { @{ $_[0]{nodes} } }
 sub live_nodes { grep { $_->{pid} } @{ $_[0]{nodes} } }
 sub node_by_port { my ($self, $port) = @_; my ($n) = grep { $_->port == $port } $self->nodes; return $n }
@@ -448,7 +457,7 @@ sub reshard {
     my ($self, $from, $to, $count) = @_;
     my %before = map { $_ => 1 } $self->slots_of($from);
     my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-    my ($rc, $out) = run_cmd(120, $RLTest::Redis::CLI, @auth, '--cluster', 'reshard', $from->addr,
+    my ($rc, $out) = run_cmd(120, $RLTest::Redis::CLI, RLTest::Redis::cli_tls_args($self->{tls}), @auth, '--cluster', 'reshard', $from->addr,
         '--cluster-from', $self->id($from), '--cluster-to', $self->id($to), '--cluster-slots', $count,
         '--cluster-yes', '--cluster-pipeline', 100);
     die "redis-cli --cluster reshard failed (rc $rc):\n" . substr($out, -2000) . "\n" if $rc != 0;
