@@ -26,7 +26,9 @@ package RLTest;
 #               Not exported: `RLTest::TLS->new` after `use RLTest;`
 #   Proxy       start_proxy: a misbehaving Redis in front of a real one (see its header)
 #   Sentinel    start_sentinel_set: a master, replicas and Sentinels; sentinel_addrs, master,
-#               master_addr, kill_master, wait_switch (see its header)
+#               master_addr, kill_master, wait_switch, extra_sentinel (a lone Sentinel naming
+#               any server, e.g. a replica, as a master); tls => {...}: servers, replication
+#               and Sentinels TLS-only, the harness's clients speaking TLS (see its header)
 #   DNS         start_dns: an authoritative DNS server whose answers the test changes: set,
 #               fail, queries, wait_queries, lookup (see its header)
 #   Sync        sync-zone helpers, `use RLTest::Sync;` (see its header)

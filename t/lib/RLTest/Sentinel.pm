@@ -36,7 +36,23 @@ package RLTest::Sentinel;
 #   $s->wait_ready([$timeout])     until a failover can happen (as at the start; 20 s): false
 #                                  if not in time, $s->{why} says what was missing
 #   $s->cmd($sentinel, @args)      (1, reply) or (0, reason), authenticated with sentinel_password
+#   $s->extra_sentinel(name => N, port => P [, quorum => 1, down_after_ms => 60000])
+#                                  one more Sentinel, alone, monitoring the server at
+#                                  127.0.0.1:P as master N (e.g. a replica of this set: a
+#                                  Sentinel that names a replica as a master); plain or TLS as
+#                                  the set; returns its Node once it answers PING (it is not
+#                                  one of $s->sentinels, it is stopped with the set)
+#   $s->tls                        the tls hash (undef for a plain set)
 #   $s->stop                       everything (also done at the end of the test file)
+#
+# tls => {...} (as start_redis's; RLTest::TLS's $pki->redis_tls(...) makes one): the master and
+# replicas are TLS-only (--port 0 --tls-port N, tls-replication yes: replication over TLS),
+# the Sentinels too (port 0, tls-port N, tls-cert-file/tls-key-file/tls-ca-cert-file of the
+# hash, tls-auth-clients as its auth_clients: no unless asked, tls-replication yes: they talk
+# TLS to the servers and to each other). Every address and port above is then a TLS one, and
+# the harness's own commands (cmd, cli, master_addr, wait_switch, demote, wait_ready...)
+# speak TLS to the servers and the Sentinels (the server's certificate is not checked, as in
+# start_redis). Without tls the set is plain, as before.
 use strict;
 use warnings;
 use Exporter 'import';
@@ -59,6 +75,7 @@ sub start {
         nrep             => $o{replicas} // 1,
         nsent            => $o{sentinels} // 3,
         password         => $o{password},
+        tls              => $o{tls} ? { auth_clients => 'no', %{ $o{tls} } } : undef,
         sentinel_password => $o{sentinel_password},
         quorum           => $o{quorum} // 2,
         down_after_ms    => $o{down_after_ms} // 1000,
@@ -69,13 +86,14 @@ sub start {
     }, $class;
     push @SETS, $self;
     my $pw = $self->{password};
+    my $tls = $self->{tls};
     my @common = ('--repl-diskless-sync', 'yes', '--repl-diskless-sync-delay', '0', '--repl-ping-replica-period', '1',
-        defined $pw ? ('--requirepass', $pw, '--masterauth', $pw) : ());
-    my $master = RLTest::Redis->start(password => $pw, args => [@common]);
+        defined $pw ? ('--requirepass', $pw, '--masterauth', $pw) : (), $tls ? ('--tls-replication', 'yes') : ());
+    my $master = RLTest::Redis->start(password => $pw, tls => $tls, args => [@common]);
     push @{ $self->{servers} }, $master;
     for (1 .. $self->{nrep}) {
         push @{ $self->{servers} },
-          RLTest::Redis->start(password => $pw, args => [@common, '--replicaof', '127.0.0.1', $master->port]);
+          RLTest::Redis->start(password => $pw, tls => $tls, args => [@common, '--replicaof', '127.0.0.1', $master->port]);
     }
     for my $i (1 .. $self->{nsent}) {
         push @{ $self->{sentinels} }, RLTest::Sentinel::Node->start($self, $master->port);
@@ -86,6 +104,7 @@ sub start {
 }
 
 sub name            { $_[0]{name} }
+sub tls             { $_[0]{tls} }
 sub sentinels       { @{ $_[0]{sentinels} } }
 sub servers         { @{ $_[0]{servers} } }
 sub sentinel_addrs  { join ' ', map { $_->addr } @{ $_[0]{sentinels} } }
@@ -220,10 +239,24 @@ sub wait_role_master {
     return 0;
 }
 
+# A lone Sentinel monitoring 127.0.0.1:$o{port} as master $o{name}; stopped with the set.
+# down_after_ms (60000) keeps it from declaring that server down (and trying a failover) while
+# a test runs.
+sub extra_sentinel {
+    my ($self, %o) = @_;
+    my $conf = { name => $o{name} // die("extra_sentinel: name\n"), quorum => $o{quorum} // 1,
+        down_after_ms => $o{down_after_ms} // 60000, failover_timeout => $o{failover_timeout} // 60000,
+        password => $o{password} // $self->{password}, sentinel_password => $o{sentinel_password},
+        tls => $self->{tls} };
+    my $node = RLTest::Sentinel::Node->start($conf, $o{port} // die("extra_sentinel: port\n"));
+    push @{ $self->{extra} }, $node;
+    return $node;
+}
+
 sub stop {
     my ($self) = @_;
     return if $self->{creator} != $$;
-    $_->stop for $self->sentinels;
+    $_->stop for $self->sentinels, @{ $self->{extra} || [] };
     $_->stop for $self->servers;
 }
 
@@ -238,11 +271,14 @@ use RLTest::Util qw(free_port temp_dir slurp spew stop_child run_cmd);
 
 sub start {
     my ($class, $set, $mport) = @_;
+    my $t = $set->{tls};
     my $self = bless { port => free_port(), dir => temp_dir('rlsentinel'), password => $set->{sentinel_password},
-        creator => $$ }, $class;
+        tls => $t, creator => $$ }, $class;
     my $name = $set->{name};
     my $conf = join '', map { "$_\n" }
-      "port $self->{port}",
+      ($t ? ("port 0", "tls-port $self->{port}", "tls-cert-file $t->{cert}", "tls-key-file $t->{key}",
+          "tls-ca-cert-file $t->{ca}", "tls-auth-clients $t->{auth_clients}", "tls-replication yes")
+        : ("port $self->{port}")),
       "bind 127.0.0.1",
       "daemonize no",
       "dir $self->{dir}",
@@ -277,6 +313,7 @@ sub port { $_[0]{port} }
 sub pid  { $_[0]{pid} }
 sub dir  { $_[0]{dir} }
 sub addr { "127.0.0.1:$_[0]{port}" }
+sub tls  { $_[0]{tls} }
 sub log_text { slurp("$_[0]{dir}/sentinel.log") }
 
 # (1, reply) or (0, reason) over a kept connection, authenticated with the sentinel password.
@@ -288,7 +325,8 @@ sub cmd {
 sub cli {
     my ($self, @args) = @_;
     my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-    my (undef, $out) = run_cmd($RLTest::Redis::CLI_TIMEOUT, $RLTest::Redis::CLI, '-h', '127.0.0.1', '-p', $self->{port}, @auth, @args);
+    my (undef, $out) = run_cmd($RLTest::Redis::CLI_TIMEOUT, $RLTest::Redis::CLI, '-h', '127.0.0.1', '-p', $self->{port},
+        RLTest::Redis::cli_tls_args($self->{tls}), @auth, @args);
     $out =~ s/\n\z//;
     return $out;
 }
