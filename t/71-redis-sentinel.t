@@ -6,8 +6,7 @@
 # new master within about a second of the Sentinels naming it; misconfigurations logged
 # clearly (a Sentinel used as a Redis, a Redis used as a Sentinel, a master name the Sentinels
 # do not know), every Sentinel unreachable: on_error applies, nothing hangs.
-# TODO (TLS): Sentinels and master over TLS (ssl, ssl_trusted_certificate=) once the TLS
-# harness (t/lib/RLTest/TLS.pm) is merged.
+# Sentinels and master over TLS: t/73-redis-sentinel-tls.t.
 use strict;
 use warnings;
 use FindBin;
