@@ -431,8 +431,11 @@ void on_read(ngx_event_t* rev) noexcept {
             return;
         }
         if (n == NGX_ERROR) {
-            conn_fail(conn, lost(conn), ngx_socket_errno, nothing_yet ? "read failed before any reply (a TLS port? "
-                                                                        "then add \"ssl\")" : "read failed");
+            // A refused connect may show first as a failed read.
+            const char* what = conn->state == RL_CONN_CONNECTING ? "connect failed"
+                               : nothing_yet ? "read failed before any reply (a TLS port? then add \"ssl\")"
+                                             : "read failed";
+            conn_fail(conn, lost(conn), ngx_socket_errno, what);
             return;
         }
         if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(buf), static_cast<size_t>(n)) != REDIS_OK) {
@@ -542,11 +545,11 @@ void conn_open(rl_conn_t* conn) {
     ngx_connection_t* c = conn->peer.connection;
     conn->c = c;
     c->data = conn;
-    // nginx's own messages on a TLS connection (OpenSSL's, at crit) are kept for conn_fail.
-    ngx_log_t* log = shared->ssl ? &conn->log : shared->log;
-    c->log = log;
-    c->read->log = log;
-    c->write->log = log;
+    // nginx's own messages on the connection (a reset at info, OpenSSL's reasons at crit) are
+    // kept for conn_fail, which reports them once a second.
+    c->log = &conn->log;
+    c->read->log = &conn->log;
+    c->write->log = &conn->log;
     c->read->handler = on_read;
     c->write->handler = on_write;
     c->pool = nullptr;
