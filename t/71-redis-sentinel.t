@@ -244,6 +244,13 @@ EOF3
         }
         return (\@r, $slowest, 0);
     };
+    # The worker learns the master from the Sentinel first (on_error deny answers 503 until then).
+    my $learnt = 0;
+    for (1 .. 100) {
+        last if ($learnt = ($bad->timed('/good?k=' . fresh_key('l')))[0] == 200);
+        sleep 0.05;
+    }
+    ok($learnt, 'a Sentinel without passwords: the master is learnt');
     my $k = fresh_key('g');
     is(join(' ', map { ($bad->timed("/good?k=$k"))[0] } 1 .. 3), '200 200 429', 'a Sentinel without passwords: limits apply');
 
