@@ -95,9 +95,11 @@ bool build_handshake(ngx_pool_t* pool, rl_redis_t* redis) {
     }
     // Cluster, standalone or Sentinel: told by the server on each connection, so that the
     // master never waits on the network (nginx -t and reloads do not depend on Redis).
-    const char* info[2] = {"INFO", "server"};
-    size_t info_lens[2] = {4, 6};
-    if (!rl_redis_append_command(pool, out, 2, info, info_lens)) return false;
+    // INFO's default sections: redis_mode (server) and, for servers that leave it out,
+    // cluster_enabled (cluster).
+    const char* info[1] = {"INFO"};
+    size_t info_lens[1] = {4};
+    if (!rl_redis_append_command(pool, out, 1, info, info_lens)) return false;
     redis->mode_check = replies++;
     if (redis->sentinel.len) {
         // What a Sentinel named may since have become a replica: its ROLE says.
@@ -163,7 +165,7 @@ bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply)
                            redis->line);
         return false;
     }
-    bool cluster = mode == "cluster";
+    bool cluster = mode == "cluster" || rl::info_field({reply->str, reply->len}, "cluster_enabled") == "1";
     if (cluster == redis->cluster) return true;
     rl_redis_log_error(&redis->conn, 0,
                        redis->cluster ? "ratelimit_redis \"%V\" is configured as a cluster, but %V is a standalone "
@@ -327,6 +329,13 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                                  "together", &redis->name);
     }
     if (redis->ssl) {
+        auto* addrs = static_cast<rl_redis_addr_t*>(redis->addrs->elts);
+        for (ngx_uint_t i = 0; i < redis->addrs->nelts; i++) {
+            if (addrs[i].addr.sockaddr != nullptr && addrs[i].addr.sockaddr->sa_family == AF_UNIX) {
+                return rl_conf_error(cf, "ratelimit_redis \"%V\": \"ssl\" with a unix: socket (Redis speaks "
+                                         "TLS on TCP ports only)", &redis->name);
+            }
+        }
         if (!rl_tls_available()) {
             return rl_conf_error(cf, "ratelimit_redis \"%V\": \"ssl\" needs nginx built with OpenSSL "
                                      "(--with-http_ssl_module)", &redis->name);
@@ -391,7 +400,8 @@ ngx_int_t rl_redis_postconfiguration(ngx_conf_t* cf, rl_main_conf_t* mcf) noexce
             return NGX_ERROR;
         }
         redis->resolver = clcf->resolver;
-        redis->resolver_timeout = clcf->resolver_timeout;
+        // http{}'s own settings are not merged: unset means nginx's default, 30 s.
+        redis->resolver_timeout = clcf->resolver_timeout == NGX_CONF_UNSET_MSEC ? 30000 : clcf->resolver_timeout;
     }
     return NGX_OK;
 }
@@ -433,7 +443,9 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
             ngx_addr_t none;
             ngx_memzero(&none, sizeof(none));
             ngx_str_set(&none.name, "(master not known yet)");
-            if (rl_node_add(redis, none) == nullptr || !rl_sentinel_init(redis)) return NGX_ERROR;
+            rl_redis_node_t* master = rl_node_add(redis, none);
+            if (master == nullptr || !rl_sentinel_init(redis)) return NGX_ERROR;
+            master->conn.tls_name = redis->ssl_name;  // else the address the Sentinels give
         } else {
             auto* addrs = static_cast<rl_redis_addr_t*>(redis->addrs->elts);
             for (ngx_uint_t k = 0; k < redis->addrs->nelts; k++) {

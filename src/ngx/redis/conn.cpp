@@ -134,8 +134,9 @@ redisReplyObjectFunctions kArenaReplies = {create_string, create_array, create_i
 void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const char* why) noexcept;
 
 // What nginx logs about the connection (a failed connect, OpenSSL's reason for a failed
-// handshake, read or write) is kept, not written: conn_fail reports it, rate limited.
-void keep_error(ngx_log_t* log, ngx_uint_t, u_char* buf, size_t len) {
+// handshake, read or write) is kept, not written: conn_fail reports it, rate limited. Alerts
+// (no file descriptors left, worker_connections too few) are the worker's, and written.
+void keep_error(ngx_log_t* log, ngx_uint_t level, u_char* buf, size_t len) {
     auto* conn = static_cast<rl_conn_t*>(log->wdata);
     // "2026/11/25 16:00:00 [crit] 1234#0: *5 SSL_do_handshake() failed (...)": from the message on.
     u_char* end = buf + len;
@@ -151,6 +152,10 @@ void keep_error(ngx_log_t* log, ngx_uint_t, u_char* buf, size_t len) {
     while (end > p && (end[-1] == '\n' || end[-1] == ' ')) end--;
     conn->last_error_len = rl::log_text(reinterpret_cast<char*>(p), static_cast<size_t>(end - p),
                                         reinterpret_cast<char*>(conn->last_error), sizeof(conn->last_error));
+    if (level <= NGX_LOG_ALERT) {
+        ngx_log_error(level, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: %*s", &conn->shared->name,
+                      &conn->addr.name, conn->last_error_len, conn->last_error);
+    }
 }
 
 // Closes the socket (and its TLS state and pool) of a connection.
@@ -303,7 +308,7 @@ void on_tls_done(ngx_connection_t* c) noexcept {
     auto* conn = static_cast<rl_conn_t*>(c->data);
     if (c->write->timer_set) ngx_del_timer(c->write);
     char why[sizeof(conn->last_error) + 64];
-    if (c->ssl == nullptr || !c->ssl->handshaked) {
+    if (!rl_tls_handshaked(c)) {
         bool timed_out = c->read->timedout || c->write->timedout;
         if (timed_out) {
             snprintf(why, sizeof(why), "TLS handshake timed out");
@@ -321,7 +326,7 @@ void on_tls_done(ngx_connection_t* c) noexcept {
     c->read->handler = on_read;
     c->write->handler = on_write;
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: TLS up (%s)",
-                   &conn->shared->name, &conn->addr.name, SSL_session_reused(c->ssl->connection) ? "session reused" : "new session");
+                   &conn->shared->name, &conn->addr.name, rl_tls_reused(c) ? "session reused" : "new session");
     ready(conn);
 }
 

@@ -74,6 +74,7 @@ void ask(rl_watch_t* w) {
     ctx->handler = on_resolved;
     ctx->data = w;
     ctx->timeout = w->redis->resolver_timeout;
+    ctx->cancelable = 1;  // a query in flight never holds up the worker's exit
     w->asking = ctx;
     if (ngx_resolve_name(ctx) != NGX_OK) {  // the context is freed by the resolver
         w->asking = nullptr;
@@ -84,8 +85,9 @@ void ask(rl_watch_t* w) {
 
 void on_timer(ngx_event_t* ev) noexcept {
     auto* w = static_cast<rl_watch_t*>(ev->data);
+    if (rl_worker_stopping()) return;
     ask(w);
-    if (!rl_worker_stopping()) ngx_add_timer(ev, kAskEvery);
+    ngx_add_timer(ev, kAskEvery);
 }
 
 }  // namespace

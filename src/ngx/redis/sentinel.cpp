@@ -108,8 +108,9 @@ void ask(rl_sentinel_t* st) {
 
 void on_timer(ngx_event_t* ev) noexcept {
     auto* st = static_cast<rl_sentinel_t*>(ev->data);
+    if (rl_worker_stopping()) return;
     ask(st);
-    if (!rl_worker_stopping()) ngx_add_timer(ev, kAskEvery);
+    ngx_add_timer(ev, kAskEvery);
 }
 
 bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply) noexcept {
@@ -125,9 +126,11 @@ bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply)
     if (index != st->mode_check || reply->type != REDIS_REPLY_STRING) return true;
     std::string_view mode = rl::info_field({reply->str, reply->len}, "redis_mode");
     if (mode == "sentinel") return true;
+    char text[rl::kLogTextCap];
+    size_t n = rl::log_text(mode.data(), mode.size(), text, sizeof(text));
     rl_redis_log_error(&st->shared, 0, "ratelimit_redis \"%V\": %V is not a Sentinel (redis_mode: %*s): "
                        "\"sentinel=%V\" needs the Sentinels' addresses in %s:%ui", &redis->name, &conn->addr.name,
-                       mode.size(), mode.data(), &redis->sentinel, redis->file, redis->line);
+                       n, text, &redis->sentinel, redis->file, redis->line);
     return false;
 }
 

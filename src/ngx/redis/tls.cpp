@@ -87,6 +87,12 @@ ngx_int_t rl_tls_connect(rl_conn_t* conn, ngx_connection_handler_pt handler) noe
     return ngx_ssl_handshake(c);
 }
 
+bool rl_tls_handshaked(ngx_connection_t* c) noexcept { return c->ssl != nullptr && c->ssl->handshaked; }
+
+bool rl_tls_reused(ngx_connection_t* c) noexcept {
+    return c->ssl != nullptr && SSL_session_reused(c->ssl->connection);
+}
+
 bool rl_tls_check(rl_conn_t* conn, char* why, size_t size) noexcept {
     if (!conn->shared->ssl_verify) return true;
     SSL* ssl = conn->c->ssl->connection;
@@ -133,6 +139,8 @@ void rl_tls_forget(rl_conn_t* conn) noexcept {
 bool rl_tls_available() noexcept { return false; }
 void* rl_tls_create(ngx_conf_t*, const rl_tls_conf_t&) noexcept { return nullptr; }
 ngx_int_t rl_tls_connect(rl_conn_t*, ngx_connection_handler_pt) noexcept { return NGX_ERROR; }
+bool rl_tls_handshaked(ngx_connection_t*) noexcept { return false; }
+bool rl_tls_reused(ngx_connection_t*) noexcept { return false; }
 bool rl_tls_check(rl_conn_t*, char*, size_t) noexcept { return false; }
 void rl_tls_close(ngx_connection_t*) noexcept {}
 void rl_tls_forget(rl_conn_t*) noexcept {}

@@ -23,6 +23,9 @@ void* rl_tls_create(ngx_conf_t* cf, const rl_tls_conf_t& conf) noexcept;
 // NGX_OK: done (check it); NGX_AGAIN: `handler` runs when it ends (on the connection's events,
 // whose timers bound it); NGX_ERROR: failed (conn->last_error says why).
 ngx_int_t rl_tls_connect(rl_conn_t* conn, ngx_connection_handler_pt handler) noexcept;
+// Whether the handshake completed; whether it resumed the last session.
+bool rl_tls_handshaked(ngx_connection_t* c) noexcept;
+bool rl_tls_reused(ngx_connection_t* c) noexcept;
 // Once the handshake is done: whether the certificate is trusted and names conn->tls_name
 // (unless verification is off). False with the reason in `why`.
 bool rl_tls_check(rl_conn_t* conn, char* why, size_t size) noexcept;
