@@ -398,23 +398,28 @@ def tls_report(meta, sel, runs, target, kl, out=sys.stdout):
     p("INFO stats' total_connections_received before and after each, the bench's own redis-cli runs left out):")
     p()
     p("| case | keys | req/s over TLS | req/s over TCP | TLS / TCP | nginx CPU/req TLS / TCP | Redis CPU per 1000 requests TLS / TCP "
-      "| p99 alone TLS / TCP | Redis calls per 1000 requests TLS / TCP | TLS handshakes per 1000 requests | TLS handshakes / requests (all rounds) |")
-    p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "| p99 alone TLS / TCP | Redis calls per 1000 requests TLS / TCP | TLS handshakes per 1000 requests | TLS handshakes / requests (all rounds) "
+      "| connections TLS / TCP (all rounds) | error.log lines TLS / TCP |")
+    p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in rows:
         n, t = c.name, c.twin
         hs, reqs = runs.total(n, "conns") if col(n, "conns") is not None else None, runs.total(n, "requests")
-        p("| %s | %s | %d | %d | %.2fx | %.2f / %.2f us | %s / %s | %s / %s | %s / %s | %s | %s |" % (
+        hs_t = runs.total(t, "conns") if col(t, "conns") is not None else None
+        p("| %s | %s | %d | %d | %.2fx | %.2f / %.2f us | %s / %s | %s / %s | %s / %s | %s | %s | %s / %s | %d / %d |" % (
             c.label, kl if c.kind == "many" else "1", int(col(n, "rps") + 0.5), int(col(t, "rps") + 0.5),
             runs.ratio_num(n, t), col(n, "us_per_req"), col(t, "us_per_req"),
             fmt("%.3f ms", col(n, "info_cpu_ms_1k")), fmt("%.3f ms", col(t, "info_cpu_ms_1k")),
             fmt("%.3f ms", col(n, "p99_alone")), fmt("%.3f ms", col(t, "p99_alone")),
             fmt("%.2f", col(n, "calls_1k")), fmt("%.2f", col(t, "calls_1k")),
-            fmt("%.4f", col(n, "conns_1k")), "-" if hs is None else "%d / %d" % (hs, reqs)))
+            fmt("%.4f", col(n, "conns_1k")), "-" if hs is None else "%d / %d" % (hs, reqs),
+            fmt("%d", hs), fmt("%d", hs_t), runs.total(n, "elog"), runs.total(t, "elog")))
     if meta.get("redis_conns"):
         p()
         p("nginx's connections to each TLS server over the whole run (start, sanity check, fill, warm-ups, measured runs;")
         p("each one TLS handshake): " + ", ".join("%s %d" % (srv, meta["redis_conns"][srv]) for srv in meta.get("redis_tls", [])
-                                                   if srv in meta["redis_conns"]) + ".")
+                                                   if srv in meta["redis_conns"]) + "; to the plain-TCP")
+        p("servers: " + ", ".join("%s %d" % (srv, v) for srv, v in meta["redis_conns"].items()
+                                  if srv not in meta.get("redis_tls", [])) + " (a reconnection, after a timeout, is one more).")
     p()
     p("TLS targets (reported, not enforced):")
     for c in rows:
