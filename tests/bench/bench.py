@@ -100,7 +100,10 @@ class St:
     wrk = None                   # the running wrk (Popen), the running latency probe
     probe = None
     nginx = {}                   # workers -> (master pid, [worker pids])
-    redis = {}                   # server -> {"ports": [...], "pids": [...]}
+    redis = {}                   # server -> {"ports": [...], "pids": [...], "tls": bool}
+    tls_ports = set()            # the ports of the TLS-only servers (redis-cli needs --tls there)
+    cli_calls = {}               # port -> redis-cli runs against it (each one connection)
+    tls_dir = ""                 # the CA and server certificate of the TLS servers
     used_ports = set()
     sel = []                     # the selected cases (cases.Case), in table order
     port = {}                    # case name -> its port
@@ -340,14 +343,62 @@ def redis_cpu(srv):
 
 
 def redis_cli(port, *args, **kw):
-    return run([S.REDIS_CLI, "-p", str(port)] + list(args), **kw).replace("\r", "")
+    """redis-cli against that port (over TLS for a TLS server); each run is one connection,
+    counted (see redis_conns)"""
+    tls = ["--tls", "--cacert", St.tls_dir + "/ca.crt"] if port in St.tls_ports else []
+    St.cli_calls[port] = St.cli_calls.get(port, 0) + 1
+    return run([S.REDIS_CLI, "-p", str(port)] + tls + list(args), **kw).replace("\r", "")
 
 
-def redis_spawn(cpus, d, port, *args):
-    """a redis-server (pinned to cpus if not empty) in d; its pid"""
+def make_certs():
+    """a CA and a server certificate signed by it (RSA 2048, SAN IP:127.0.0.1: nginx checks the
+    address's host), made with the openssl CLI in $TMP/tls, for the TLS servers"""
+    if not shutil.which("openssl"):
+        die("openssl is not installed (the TLS rows make their certificates with it)")
+    d = St.tls_dir = St.tmp + "/tls"
+    os.makedirs(d)
+    with open(d + "/server.ext", "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    for cmd in (["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+                 "-days", "2", "-subj", "/CN=rlbench CA"],
+                ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+                 "-subj", "/CN=127.0.0.1"],
+                ["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", "server.crt", "-days", "2", "-extfile", "server.ext"]):
+        p = subprocess.run(["openssl"] + cmd, cwd=d, capture_output=True, text=True)
+        if p.returncode != 0:
+            die("openssl %s failed: %s" % (cmd[0], p.stderr))
+
+
+def tls_session(port):
+    """the protocol and cipher a TLS server agrees on with OpenSSL's defaults (openssl s_client,
+    verified against the CA; one connection, counted as redis-cli's are)"""
+    St.cli_calls[port] = St.cli_calls.get(port, 0) + 1
+    try:
+        out = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % port, "-CAfile",
+                              St.tls_dir + "/ca.crt", "-verify_ip", "127.0.0.1", "-verify_return_error", "-brief"],
+                             input="", capture_output=True, text=True, timeout=10).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    got = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in out.splitlines()) if _)
+    return "%s %s, verification %s" % (got.get("Protocol version", "?"), got.get("Ciphersuite", "?"),
+                                       got.get("Verification", "?"))
+
+
+def redis_spawn(cpus, d, port, *args, tls=False):
+    """a redis-server (pinned to cpus if not empty) in d; its pid. tls: on TLS only (--port 0
+    --tls-port), with the bench's certificate, clients not asked for one"""
     os.makedirs(d, exist_ok=True)
     pin = ["taskset", "-c", cpus] if cpus else []
-    cmd = pin + [S.REDIS_BIN, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+    listen = ["--port", str(port)]
+    if tls:
+        St.tls_ports.add(port)
+        t = St.tls_dir
+        listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", t + "/server.crt",
+                  "--tls-key-file", t + "/server.key", "--tls-ca-cert-file", t + "/ca.crt",
+                  "--tls-auth-clients", "no"]
+    cmd = pin + [S.REDIS_BIN] + listen + ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", d, "--daemonize", "yes", "--pidfile", d + "/redis.pid", "--logfile", d + "/redis.log"]
     if subprocess.run(cmd + list(args), stdout=subprocess.DEVNULL).returncode != 0:
         die("redis-server failed to start on port %d (log: %s/redis.log)" % (port, d))
@@ -362,19 +413,19 @@ def redis_spawn(cpus, d, port, *args):
     return int(open(pidfile).read().split()[0])
 
 
-def redis_start(srv, n):
-    """the standalone server srv (n = 0) or a cluster of n primaries, once"""
+def redis_start(srv, n, tls=False):
+    """the standalone server srv (n = 0; tls: on TLS only) or a cluster of n primaries, once"""
     if srv in St.redis:
         return
     for b, pkg in ((S.REDIS_BIN, "redis-server"), (S.REDIS_CLI, "redis-tools")):
         if not shutil.which(b):
             die("%s is not installed (%s)" % (b, pkg))
     cpus = redis_cpu(srv)
-    r = St.redis[srv] = {"ports": [], "pids": []}  # filled as they start: a failure still stops them
+    r = St.redis[srv] = {"ports": [], "pids": [], "tls": tls}  # filled as they start: a failure still stops them
     if n == 0:
         port = fresh_ports(1)[0]
         r["ports"].append(port)
-        r["pids"].append(redis_spawn(cpus, "%s/redis-%s" % (St.tmp, srv), port))
+        r["pids"].append(redis_spawn(cpus, "%s/redis-%s" % (St.tmp, srv), port, tls=tls))
     else:
         # each node: a client port and its own cluster bus port, both chosen free (the default
         # bus port, port + 10000, may be taken or beyond 65535)
@@ -406,9 +457,9 @@ def redis_start(srv, n):
             time.sleep(0.1)
         if not ok:
             die("cluster %s (ports %s) did not reach cluster_state:ok" % (srv, " ".join(map(str, ports))))
-    say("== started Redis %s: port(s) %s, pid(s) %s, %s" % (
+    say("== started Redis %s: port(s) %s, pid(s) %s, %s%s" % (
         srv, " ".join(map(str, r["ports"])), " ".join(map(str, r["pids"])),
-        "pinned to CPU " + cpus if cpus else "not pinned"))
+        "pinned to CPU " + cpus if cpus else "not pinned", ", TLS only" if tls else ""))
 
 
 def redis_addrs(srv):
@@ -430,6 +481,20 @@ def redis_counts(srv):
             if name != "info":
                 cmds += int(n)
     return calls, cmds
+
+
+TOTAL_CONNS = re.compile(r"^total_connections_received:(\d+)", re.M)
+
+
+def redis_conns(srv):
+    """the connections the server's nodes have accepted from others than this script: INFO
+    stats' total_connections_received less the redis-cli runs (and s_client's) against them,
+    the one asking included. On a TLS-only server each is a TLS handshake (full or resumed)."""
+    t = 0
+    for port in St.redis[srv]["ports"]:
+        m = TOTAL_CONNS.search(redis_cli(port, "info", "stats"))
+        t += int(m.group(1)) - St.cli_calls[port] if m else 0
+    return t
 
 
 def redis_info_cpu(srv):
@@ -508,11 +573,17 @@ def setup():
 
     # the Redis servers the cases use, then the nginx instances: 1 (always: it serves the sanity
     # controls) and every other worker count
+    if any(c.tls for c in St.sel):
+        make_certs()
     for c in St.sel:
         if c.redis:
-            redis_start(c.redis, c.cluster)
+            redis_start(c.redis, c.cluster, c.tls)
     if St.redis:
         St.meta["redis_version"] = run([S.REDIS_BIN, "--version"]).split()[2].replace("v=", "")
+    tls_srv = [srv for srv in St.redis if St.redis[srv]["tls"]]
+    if tls_srv:
+        St.meta["tls_session"] = tls_session(St.redis[tls_srv[0]]["ports"][0])
+        St.meta["openssl_version"] = " ".join(run(["openssl", "version"]).split()[:2])
     mask = "1" + "0" * S.NGINX_CPU     # worker_cpu_affinity: the bit of NGINX_CPU, rightmost is CPU 0
     for w in sorted({1} | {c.workers for c in St.sel}):
         d = "%s/ng%d" % (St.tmp, w)
@@ -521,7 +592,8 @@ def setup():
         conf = d + "/nginx.conf"
         with open(conf, "w") as f:
             f.write(C.nginx_conf(w, St.sel, St.port, St.ctl_ports, d, St.tmp + "/ngx_http_ratelimit_module.so", S.ZONE_SIZE,
-                                 mask, redis_addrs, os.getuid() == 0))
+                                 mask, redis_addrs, os.getuid() == 0,
+                                 St.tls_dir + "/ca.crt" if St.tls_dir else ""))
         say("== starting nginx with %d worker(s) (%s)" % (w, conf))
         args = [S.NGINX_BIN, "-p", d + "/", "-c", conf, "-e", d + "/error.log"]
         if subprocess.run(args[:1] + ["-t", "-q"] + args[1:]).returncode != 0:
@@ -645,11 +717,12 @@ def measure(c, out):
     errlog = "%s/ng%d/error.log" % (St.tmp, w)
 
     load_case(out + ".warmup", S.WARMUP, c)
-    k0 = cm0 = k1 = cm1 = 0
+    k0 = cm0 = k1 = cm1 = n0 = n1 = 0
     ic0 = ic1 = 0.0
     if srv:
         k0, cm0 = redis_counts(srv)
         ic0 = redis_info_cpu(srv)
+        n0 = redis_conns(srv)
     e0 = os.path.getsize(errlog)
     p0, r0, a0 = sum(proc_ticks(workers)), proc_ticks(rp), sum(proc_ticks(all_redis_pids()))
     b0, m0, c0, w0 = cpu_ticks(cpus), cpu_ticks(St.all_cpus), children_cpu(), time.time()
@@ -665,6 +738,7 @@ def measure(c, out):
         if not _alive(p):
             die("an nginx worker died during %s: %s" % (c.name, run(["tail", "-5", errlog])))
     if srv:
+        n1 = redis_conns(srv)
         k1, cm1 = redis_counts(srv)
         ic1 = redis_info_cpu(srv)
     with open(errlog, "rb") as f:
@@ -683,6 +757,7 @@ def measure(c, out):
         "busy_ticks": b1[0] - b0[0], "softirq_ticks": b1[1] - b0[1], "machine_ticks": sum(m1) - sum(m0),
         "redis": srv, "redis_node_ticks": [y - x for x, y in zip(r0, r1)],
         "script_calls": k1 - k0, "commands": cm1 - cm0, "redis_info_cpu": ic1 - ic0,
+        "redis_tls": bool(srv) and St.redis[srv]["tls"], "redis_conns": n1 - n0,
     }
 
 
@@ -736,6 +811,10 @@ def main():
         St.meta["sanity"] = sanity()
         St.meta["filled"] = fill() if S.FILL == "1" else []
         St.meta["retried"], St.meta["waited"] = measure_all()
+        # nginx's connections to each server over the whole run (start, sanity, fill, warm-ups,
+        # measured runs): on a TLS server, every TLS handshake nginx made
+        St.meta["redis_conns"] = {srv: redis_conns(srv) for srv in St.redis}
+        St.meta["redis_tls"] = [srv for srv in St.redis if St.redis[srv]["tls"]]
         St.meta["elapsed"] = int(since_start())
         outdir = St.tmp + "/out"
         with open(outdir + "/meta.json", "w") as f:

@@ -16,6 +16,8 @@ A case is a point of a few axes; table() lists them as products of those axes:
   headers  ratelimit_headers off, or nothing (plain: the zone whose headers add_header sends)
   workers  1: the main nginx (one worker pinned to NGINX_CPU); N > 1: a second nginx with N
            workers, not pinned (compared with plain of the same key kind and workers)
+  tls      redis and sync: the same over TLS (`ratelimit_redis ... ssl`, verified against the
+           bench's CA) to a redis-server listening on TLS only, compared with its plain-TCP twin
 and a few single cases (a variant: a quota of its own, a name suffix and a label note).
 Names and labels are derived from the axes (see Case.name and Case.label). The check kind says
 what run.sh's sanity check expects of one request: plain (200, no RateLimit header),
@@ -25,6 +27,7 @@ second request: 429; the case's rows expect 429 throughout).
 To add a case: add a point to table(), and if it needs a new kind of configuration, a branch
 to Case.http() / Case.location().
 """
+import dataclasses
 import itertools
 import os
 import signal
@@ -100,6 +103,7 @@ class Case:
     reject: bool = False     # the limit rejects nearly every request (429 expected)
     suffix: str = ""         # name suffix of a variant
     note: str = ""           # label note of a variant
+    tls: bool = False        # redis, sync: to Redis over TLS (a TLS-only server of its own)
 
     @property
     def name(self):
@@ -110,6 +114,8 @@ class Case:
             prefix = {"limit_req": "limit_req", "shm": "", "redis": "redis-",
                       "sync": "sync-lease-" if self.mode == "lease" else "sync-",
                       "cluster": "cluster%d-" % self.cluster}[self.store]
+            if self.tls:
+                prefix += "tls-"
             n = prefix + self.algo + ("-1M" if many else "")
             if self.headers == "off":
                 n += "-headers-off"
@@ -144,8 +150,15 @@ class Case:
         Redis rows, a cluster of N primaries shared by the cluster rows, or a standalone server
         of its own for a sync zone (so that its Redis commands and CPU are the case's alone:
         idle sync zones still send rounds)"""
+        if self.store == "redis" and self.tls:
+            return "standalone_tls"
         return {"redis": "standalone", "cluster": "cluster%d" % self.cluster,
                 "sync": "sync_" + self.zone}.get(self.store, "")
+
+    @property
+    def twin(self):
+        """a TLS case's plain-TCP twin (the same case without tls), "" for others"""
+        return dataclasses.replace(self, tls=False).name if self.tls else ""
 
     @property
     def label(self):
@@ -159,8 +172,9 @@ class Case:
         else:
             text = "ratelimit " + self.algo + {
                 "shm": ", ratelimit_headers off" if self.headers == "off" else "",
-                "redis": ", Redis",
-                "sync": ", Redis, sync=%s %s" % (SYNC_EVERY, self.mode or "optimistic"),
+                "redis": ", Redis" + (" over TLS" if self.tls else ""),
+                "sync": ", Redis%s, sync=%s %s" % (" over TLS" if self.tls else "", SYNC_EVERY,
+                                                   self.mode or "optimistic"),
                 "cluster": ", Redis Cluster of %d primar%s" % (self.cluster, "y" if self.cluster == 1 else "ies"),
             }[self.store]
         if self.note:
@@ -169,8 +183,9 @@ class Case:
             text += ", %d nginx workers" % self.workers
         return text
 
-    def http(self, zone_size, addrs=""):
-        """the case's http{}-level lines; addrs: its Redis server's addresses"""
+    def http(self, zone_size, addrs="", ca="CA"):
+        """the case's http{}-level lines; addrs: its Redis server's addresses; ca: the file of
+        the CA that signed the TLS servers' certificate"""
         z, key = self.zone, self.keyvar
         if self.store == "plain":
             return []
@@ -185,7 +200,10 @@ class Case:
             quota += " sync=" + SYNC_EVERY + (" sync_mode=" + self.mode if self.mode else "")
             size = zone_size
         cluster = "cluster " if self.store == "cluster" else ""
-        return ["ratelimit_redis r_%s %s%s timeout=100ms;" % (z, cluster, addrs),
+        # TLS: verified (ssl_verify is on by default) against the bench's CA, the name checked
+        # being the address's host, 127.0.0.1, which the server certificate's SAN holds
+        tls = " ssl ssl_trusted_certificate=%s" % ca if self.tls else ""
+        return ["ratelimit_redis r_%s %s%s%s timeout=100ms;" % (z, cluster, addrs, tls),
                 "ratelimit_zone rl_%s key=%s %s size=%s algo=%s redis=r_%s;" % (z, key, quota, size, self.algo, z)]
 
     def location(self):
@@ -233,6 +251,9 @@ def table():
     t += [Case("sync", kind, "gcra", mode=mode) for mode, kind in itertools.product(("", "lease"), KINDS)]
     t += [Case("sync", "one", "gcra", mode="lease", quota="requests=300000 period=1s burst=3000000",
                suffix="near", note="300000r/s burst=3000000")]
+    # over TLS, against the same over plain TCP (its twin, kept by a selection): per request
+    # and sync=100ms optimistic, x key kind
+    t += [Case(store, kind, "gcra", tls=True) for store, kind in itertools.product(("redis", "sync"), KINDS)]
     # Redis Cluster: nginx workers x primaries, many keys; with 2 workers, their plain baseline
     for workers in (1, 2):
         if workers > 1:
@@ -261,23 +282,25 @@ def lr_of(kind, workers):
 
 def sync_bases(case):
     """a sync case's comparisons: the same algorithm and key kind in shared memory and in Redis
-    per request (the table after the main one)"""
+    per request (the table after the main one; over TLS: in Redis per request over TLS)"""
     if case.store != "sync":
         return []
     n = case.algo + ("-1M" if case.kind == "many" else "")
-    return [n, "redis-" + n]
+    return [n, ("redis-tls-" if case.tls else "redis-") + n]
 
 
 def baselines(case, names):
     """the cases a case is compared with, which a selection keeps: plain of its key kind and
     workers, limit_req of its key kind, plain + the same headers (one-key rows with headers),
-    and for a sync case the same limit in shared memory and in Redis per request"""
+    for a sync case the same limit in shared memory and in Redis per request, and for a TLS
+    case its plain-TCP twin"""
     b = [plain_of(case.kind, case.workers, names)]
     if case.check.startswith("module"):
         b.append(lr_of(case.kind, case.workers))
     if case.check == "module" and case.kind == "one" and case.workers == 1:
         b.append("plain-headers")
     b += sync_bases(case)
+    b.append(case.twin)
     return [n for n in b if n]
 
 
@@ -314,11 +337,12 @@ CONTROL_LR = "1r/m"
 CONTROL_QUOTA = "requests=1 period=1h"
 
 
-def nginx_conf(workers, sel, ports, ctl_ports, d, so, zone_size, cpu_mask, addrs_of, root):
+def nginx_conf(workers, sel, ports, ctl_ports, d, so, zone_size, cpu_mask, addrs_of, root, ca=""):
     """the configuration of the nginx instance with that many workers: its cases (of sel), each
     on its own port (ports: name -> port) with one `location /`, and on the one-worker instance
     the two sanity controls (ctl_ports: limit_req's, the module's): the same snippets at a rate
-    a second request exceeds, to prove both limiters act. addrs_of(server) -> its addresses."""
+    a second request exceeds, to prove both limiters act. addrs_of(server) -> its addresses;
+    ca: the CA file of the TLS servers."""
     mine = [c for c in sel if c.workers == workers]
     out = ["load_module %s;" % so]
     if root:
@@ -352,7 +376,7 @@ http {{
         out.extend(" " * n + line for line in lines)
 
     for c in mine:
-        indent(4, c.http(zone_size, addrs_of(c.redis) if c.redis else ""))
+        indent(4, c.http(zone_size, addrs_of(c.redis) if c.redis else "", ca))
     if workers == 1:
         indent(4, limit_req_http("ctl", ONE_KEY_VAR, "1m", CONTROL_LR))
         indent(4, module_http("ctl", ONE_KEY_VAR, CONTROL_QUOTA, "1m", "gcra"))
@@ -383,7 +407,7 @@ def main():
     for c in sel:
         print("%-24s %-5s %-17s %d  %s" % (c.name, c.kind, c.check, c.workers, c.label))
         if "--config" in sys.argv[1:]:
-            for line in c.http("$ZONE_SIZE", "ADDRS(%s)" % c.redis):
+            for line in c.http("$ZONE_SIZE", "ADDRS(%s)" % c.redis, "$TMP/tls/ca.crt"):
                 print("    http:     " + line)
             for line in c.location():
                 print("    location: " + line)

@@ -40,7 +40,10 @@ def figures(raw):
       info_cpu_ms_1k   Redis CPU ms per 1000 requests as INFO cpu says (used_cpu_sys + user)
       calls_1k      script calls (EVAL, EVALSHA, FCALL and their _RO forms) per 1000 requests:
                     all the module sends once connected (checks, refunds, sync rounds,
-                    heartbeats, lease asks)"""
+                    heartbeats, lease asks)
+      conns, conns_1k   connections the server accepted from nginx during the run (INFO stats'
+                    total_connections_received, the bench's own redis-cli runs left out), and
+                    per 1000 requests: on a TLS server (tls), each one a TLS handshake"""
     hz, wall, n = raw["hz"], raw["wall"], raw["requests"]
     ng = raw["nginx_ticks"] / hz
     w = raw["wrk_cpu"]
@@ -54,7 +57,8 @@ def figures(raw):
         "requests": n, "non2xx": raw["non2xx"], "sock": raw["sock"], "elog": raw["elog"],
     }
     redis = {k: None for k in ("redis_pct", "redis_node_pct", "redis_ms_1k_checks", "checks_per_call",
-                               "cmds_1k", "info_cpu_ms_1k", "calls_1k")}
+                               "cmds_1k", "info_cpu_ms_1k", "calls_1k", "conns", "conns_1k")}
+    redis["tls"] = bool(raw.get("redis_tls"))
     if raw["redis"]:
         node = [t / hz for t in raw["redis_node_ticks"]]
         tot, k = sum(node), raw["script_calls"]
@@ -66,6 +70,8 @@ def figures(raw):
             cmds_1k=1000 * raw["commands"] / n if n else 0.0,
             info_cpu_ms_1k=1e6 * raw["redis_info_cpu"] / n if n else 0.0,
             calls_1k=1000 * k / n if n else 0.0)
+        if "redis_conns" in raw:                  # runs kept before it was counted have none
+            redis.update(conns=raw["redis_conns"], conns_1k=1000 * raw["redis_conns"] / n if n else 0.0)
     f.update(redis)
     return f
 
@@ -180,6 +186,11 @@ def report(meta, runs, out=sys.stdout):
         p("Redis %s (--save '' --appendonly no); standalone server %s, cluster nodes %s;"
           % (meta["redis_version"], pin(s["REDIS_CPU"]), pin(s["REDIS_CLUSTER_CPU"])))
         p("ratelimit_redis ... timeout=100ms, ratelimit_on_error deny; one standalone server, a cluster of 1 primary, a cluster of 3 primaries.")
+    if meta.get("redis_tls"):
+        p("TLS rows: redis-server on TLS only (--port 0 --tls-port, --tls-auth-clients no), pinned as the plain one, certificate")
+        p("RSA 2048 signed by a CA the bench makes at start with the openssl CLI (SAN IP:127.0.0.1); ratelimit_redis ... ssl")
+        p("ssl_trusted_certificate=<that CA> (verified against 127.0.0.1); %s; the server agrees on %s (openssl s_client)."
+          % (meta.get("openssl_version", "?"), meta.get("tls_session", "?")))
     p()
     p("| case | keys | req/s | vs plain | vs plain + headers | vs limit_req | p99 under load | p99 alone | nginx CPU/req | nginx CPU "
       "| wrk CPU | Redis CPU | Redis CPU per 1000 checks | CPUs busy (of %d00%%) | other CPU | spread "
@@ -330,7 +341,9 @@ def report(meta, runs, out=sys.stdout):
     # Sync zones: each sync row beside the same algorithm in shared memory and in Redis per
     # request (same key kind, same run), with the Redis commands and CPU (INFO) per 1000 requests.
     order = [n for n in ("gcra", "redis-gcra", "sync-gcra", "sync-lease-gcra", "sync-lease-gcra-near",
-                         "gcra-1M", "redis-gcra-1M", "sync-gcra-1M", "sync-lease-gcra-1M") if n in runs]
+                         "redis-tls-gcra", "sync-tls-gcra",
+                         "gcra-1M", "redis-gcra-1M", "sync-gcra-1M", "sync-lease-gcra-1M",
+                         "redis-tls-gcra-1M", "sync-tls-gcra-1M") if n in runs]
     if any(n.startswith("sync-") for n in order):
         p()
         p("Sync zones (sync=100ms), against the same limit in shared memory and in Redis per request, same run")
@@ -344,6 +357,8 @@ def report(meta, runs, out=sys.stdout):
             c = C.by_name()[n]
             many = c.kind == "many"
             shm_n, redis_n = ("gcra-1M", "redis-gcra-1M") if many else ("gcra", "redis-gcra")
+            if c.tls:                   # over TLS: against Redis per request over TLS
+                redis_n = redis_n.replace("redis-", "redis-tls-")
             p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |" % (
                 c.label, kl if many else "1", rps_int(n), ratio(n, C.plain_of(c.kind, 1, names)),
                 ratio(n, shm_n) if n != shm_n else "-", ratio(n, redis_n) if n != redis_n else "-",
@@ -361,9 +376,65 @@ def report(meta, runs, out=sys.stdout):
             calls = col(n, "calls_1k")
             p("  %-40s %-20s %s Redis calls per 1000 requests %s" % (
                 "hot key: <= 10 Redis calls per 1000:", n, fmt("%.3f", calls), met(calls is not None and calls <= 10)))
+    tls_report(meta, sel, runs, target, kl)
     p()
     p("Reproduce: " + meta["repro"])
     p("Total time: %dm%ds" % (meta["elapsed"] // 60, meta["elapsed"] % 60))
+
+
+def tls_report(meta, sel, runs, target, kl, out=sys.stdout):
+    """Redis over TLS against the same over plain TCP (its twin), same run; the TLS handshakes
+    (connections the TLS server accepted) per 1000 requests"""
+    def p(line=""):
+        print(line, file=out)
+
+    rows = [c for c in sel if c.tls and c.name in runs and c.twin in runs]
+    if not rows:
+        return
+    col = runs.col
+    p()
+    p("Redis over TLS against the same over plain TCP, same run (ratios: median over rounds of the same-round ratio;")
+    p("Redis CPU: INFO cpu; handshakes: the connections the TLS-only server accepted from nginx during the measured runs,")
+    p("INFO stats' total_connections_received before and after each, the bench's own redis-cli runs left out):")
+    p()
+    p("| case | keys | req/s over TLS | req/s over TCP | TLS / TCP | nginx CPU/req TLS / TCP | Redis CPU per 1000 requests TLS / TCP "
+      "| p99 alone TLS / TCP | Redis calls per 1000 requests TLS / TCP | TLS handshakes per 1000 requests | TLS handshakes / requests (all rounds) "
+      "| connections TLS / TCP (all rounds) | error.log lines TLS / TCP |")
+    p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for c in rows:
+        n, t = c.name, c.twin
+        hs, reqs = runs.total(n, "conns") if col(n, "conns") is not None else None, runs.total(n, "requests")
+        hs_t = runs.total(t, "conns") if col(t, "conns") is not None else None
+        p("| %s | %s | %d | %d | %.2fx | %.2f / %.2f us | %s / %s | %s / %s | %s / %s | %s | %s | %s / %s | %d / %d |" % (
+            c.label, kl if c.kind == "many" else "1", int(col(n, "rps") + 0.5), int(col(t, "rps") + 0.5),
+            runs.ratio_num(n, t), col(n, "us_per_req"), col(t, "us_per_req"),
+            fmt("%.3f ms", col(n, "info_cpu_ms_1k")), fmt("%.3f ms", col(t, "info_cpu_ms_1k")),
+            fmt("%.3f ms", col(n, "p99_alone")), fmt("%.3f ms", col(t, "p99_alone")),
+            fmt("%.2f", col(n, "calls_1k")), fmt("%.2f", col(t, "calls_1k")),
+            fmt("%.4f", col(n, "conns_1k")), "-" if hs is None else "%d / %d" % (hs, reqs),
+            fmt("%d", hs), fmt("%d", hs_t), runs.total(n, "elog"), runs.total(t, "elog")))
+    if meta.get("redis_conns"):
+        p()
+        p("nginx's connections to each TLS server over the whole run (start, sanity check, fill, warm-ups, measured runs;")
+        p("each one TLS handshake): " + ", ".join("%s %d" % (srv, meta["redis_conns"][srv]) for srv in meta.get("redis_tls", [])
+                                                   if srv in meta["redis_conns"]) + "; to the plain-TCP")
+        p("servers: " + ", ".join("%s %d" % (srv, v) for srv, v in meta["redis_conns"].items()
+                                  if srv not in meta.get("redis_tls", [])) + " (a reconnection, after a timeout, is one more).")
+    p()
+    p("TLS targets (reported, not enforced):")
+    for c in rows:
+        if c.store == "redis":
+            target("per request over TLS >= 0.9x over TCP:", c.name, c.twin, 0.9)
+    for c in rows:
+        if c.store == "sync":
+            target("sync over TLS unchanged (>= 0.95x TCP):", c.name, c.twin, 0.95)
+    for c in rows:
+        if runs.col(c.name, "conns") is None:
+            continue
+        hs, reqs = runs.total(c.name, "conns"), runs.total(c.name, "requests")
+        per = 1000 * hs / reqs if reqs else 0.0
+        p("  %-40s %-20s %.4f per 1000 requests (%d in %d requests) %s" % (
+            "TLS handshakes ~0 (<= 0.01 per 1000):", c.name, per, hs, reqs, met(per <= 0.01)))
 
 
 # ---------------------------------------------------------------- files

@@ -9,13 +9,15 @@
 #   DURATION=5 ROUNDS=1 CASES='gcra|^plain$' tests/bench/run.sh
 #   CASES='redis|cluster' tests/bench/run.sh          (the Redis and Redis Cluster rows only)
 #   CASES='^sync-' tests/bench/run.sh     (the sync=100ms rows, with the rows they are compared with)
+#   CASES='tls' tests/bench/run.sh        (the rows over TLS, with their plain-TCP twins)
 #
 # Settings (environment):
 #   DURATION   seconds measured per case and round            (10)
 #   WARMUP     seconds of load before each measurement         (2)
 #   ROUNDS     measurements per case; the median is reported   (3)
 #   CASES      extended regex on case names (see cases.py); the baselines each selected case
-#              is compared with (plain, limit_req of the same key kind) are always kept  (all)
+#              is compared with (plain, limit_req of the same key kind; a TLS row's plain-TCP
+#              twin) are always kept                                              (all)
 #   CONNS      wrk connections                                 (50)
 #   PIPELINE   requests wrk writes at once on a connection (HTTP/1.1 pipelining); 1: one request
 #              per write, as before this setting existed (then wrk, not nginx, sets the pace)  (16)
@@ -91,6 +93,15 @@
 # 1000 requests (INFO commandstats without INFO itself, INFO cpu used_cpu_sys + used_cpu_user,
 # read before and after the measured run) are the case's alone. A table after the main one puts
 # each beside gcra in shared memory and in Redis per request, same key kind, same run.
+# TLS rows (*-tls-*): the same as their plain-TCP twin (redis-gcra, redis-gcra-1M, sync-gcra,
+# sync-gcra-1M) with `ratelimit_redis ... ssl ssl_trusted_certificate=CA`, verified, to a
+# redis-server on TLS only (--port 0 --tls-port P --tls-cert-file --tls-key-file
+# --tls-ca-cert-file --tls-auth-clients no; pinned as REDIS_CPU; the per-request rows share one,
+# each sync row has its own). The bench makes the CA and the server certificate (RSA 2048, SAN
+# IP:127.0.0.1) at start with the openssl CLI in $TMP/tls. TLS handshakes: INFO stats'
+# total_connections_received of the TLS server before and after each measured run, less the
+# bench's own redis-cli runs (each one connection), per 1000 requests (one handshake per
+# connection, not per request: ~0 expected), and over the whole run per server.
 # The cluster nodes are not pinned by default: pinned together to one CPU, 3 primaries could
 # only share the CPU 1 primary has, which rules out by construction what the cluster rows look
 # for (whether more primaries bring more throughput); unpinned they may spread over both CPUs.
