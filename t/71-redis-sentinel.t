@@ -12,6 +12,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
+use RLTest::Failover qw(kill_master_under_load);
 use Test::More;
 use Time::HiRes qw(time sleep);
 
@@ -144,57 +145,8 @@ for my $case (['/badsp', 'badsp'], ['/badmp', 'badmp']) {
 # 2. The master killed under load from both instances (2 workers each): only 200/429 and
 # on_error's answers (allow: 200; deny: 503), none slower than the timeout allows; limiting
 # resumes on the new master within about a second of the Sentinels naming it.
-{
-    my ($killed, $old, $new, $t_first, $t_all, $first_ok, $first_x, $all_ok);
-    my @paths = ('/load', '/load_deny');
-    my $r = run_clients([$n1->port, $n2->port], sub { sleep 0.003; "$paths[$_[0] % 2]?k=kl$_[0]_" . int($_[1] / 50) }, 4, 1000000,
-        keepalive => 1, until => time + 7, record => 'X-Rec',
-        during => sub {
-            sleep 1;
-            ($killed, $old) = $s->kill_master;
-            ($new, $t_first, $t_all) = $s->wait_switch($old, 15);
-            my $from = $t_all // time;
-            my $i = 0;
-            while (time - $from < 5) {
-                my $nn = $i++ % 2 ? $n2 : $n1;
-                my (undef, $x) = $nn->timed('/a?k=' . fresh_key('kp'));
-                if ($x eq 'PASSED' || $x eq 'REJECTED') { $first_ok = time; $first_x = $x; last }
-                sleep 0.01;
-            }
-            my $d1 = $n1->wait_decided(sub { '/load?k=' . fresh_key('w') }, 4);
-            my $d2 = $n2->wait_decided(sub { '/load?k=' . fresh_key('w') }, 4);
-            $all_ok = time if defined $d1 && defined $d2;
-        });
-    ok(defined $new && $new ne $old, sprintf('kill: the Sentinels name a new master %s (%.2fs after the kill; every Sentinel %.2fs)',
-        $new // '-', ($t_first // $killed) - $killed, ($t_all // $killed) - $killed));
-    my $vals = $r->{':values'} || {};
-    my @other = grep { !/^(200|429|503)$/ } split /,/, codes($r);
-    is("@other", '', 'kill: 200/429 and deny\'s 503, nothing else') or diag(explain $r);
-    my @bad503 = grep { / 503$/ && !m{^/load_deny ERROR 503$} } keys %$vals;
-    is("@bad503", '', 'kill: every 503 is on_error deny');
-    my @allow_err = grep { m{^/load ERROR (\d+)$} && $1 != 200 } keys %$vals;
-    is("@allow_err", '', 'kill: on_error allow answers 200');
-    ok(($vals->{'/load ERROR 200'} // 0) + ($vals->{'/load_deny ERROR 503'} // 0) > 0, 'kill: on_error applied during the switch');
-    ok(($vals->{'/load PASSED 200'} // 0) > 0 && ($vals->{'/load_deny PASSED 200'} // 0) > 0, 'kill: decided by Redis otherwise');
-    ok(($r->{':max_ms'} // 0) < $timeout_ms + $margin_ms, "kill: slowest request $r->{':max_ms'}ms (timeout ${timeout_ms}ms)");
-    my $from = $t_all // $t_first // $killed;
-    ok(defined $first_ok && $first_ok - $from < 1.5,
-        sprintf('kill: the first request decided on the new master (%s) %.2fs after every Sentinel named it',
-            $first_x // '-', defined $first_ok ? $first_ok - $from : 99));
-    ok(defined $all_ok && $all_ok - $from < 2.5,
-        sprintf('kill: every worker of both instances decides again %.2fs after', defined $all_ok ? $all_ok - $from : 99));
-    is($s->master_addr, $new, 'kill: the Sentinels still name the new master');
-    my $newr = $s->master;
-    my $before = () = $newr->keys_matching('rl:{ex:*');
-    my $k = fresh_key('ex');
-    is(alternate("/ex?k=$k", 6), '200 200 200 200 200 429', 'kill: exact on the new master, shared by both instances');
-    my $after = () = $newr->keys_matching('rl:{ex:*');
-    is($after - $before, 1, 'kill: the new key is on the new master');
-    my $r2 = run_clients([$n1->port, $n2->port], sub { "$paths[$_[0] % 2]?k=after$_[0]" }, 4, 1000000, keepalive => 1,
-        until => time + 0.5, record => 'X-Rec');
-    is(codes($r2), '200', 'kill: afterwards, every request admitted');
-    is(join(' ', grep { / ERROR / } keys %{ $r2->{':values'} || {} }), '', 'kill: afterwards, no on_error');
-}
+kill_master_under_load($s, $n1, $n2, timeout_ms => $timeout_ms, margin_ms => $margin_ms, seconds => 7,
+    what => 'the Sentinels');
 
 # 3. Misconfigurations: each logged clearly (with the file and line of ratelimit_redis where
 # the spec says so), on_error applies, quickly. A refused connection is logged as "connect

@@ -31,6 +31,8 @@ package RLTest;
 #               and Sentinels TLS-only, the harness's clients speaking TLS (see its header)
 #   DNS         start_dns: an authoritative DNS server whose answers the test changes: set,
 #               fail, queries, wait_queries, lookup (see its header)
+#   Failover    kill_master_under_load: a Sentinel failover under load from two instances and
+#               its checks, `use RLTest::Failover qw(kill_master_under_load);` (t/71, t/73)
 #   Sync        sync-zone helpers, `use RLTest::Sync;` (see its header)
 #
 # This file itself: every test file is bounded in time (RLTEST_TIMEOUT seconds, default
