@@ -12,7 +12,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
-use RLTest::Failover qw(kill_master_under_load);
+use RLTest::SentinelChecks qw(alternate exact_on_master kill_master_under_load);
 use Test::More;
 use Time::HiRes qw(time sleep);
 
@@ -78,21 +78,7 @@ ok(defined $n1->wait_decided(sub { '/load?k=' . fresh_key('w') }, 10), 'instance
 ok(defined $n2->wait_decided(sub { '/load?k=' . fresh_key('w') }, 10), 'instance 2: every worker decides through the Sentinels');
 
 # Exact decisions, shared by the two instances; the key lives on the master.
-sub alternate {
-    my ($path, $count) = @_;
-    return join ' ', map { (($_ % 2 ? $n2 : $n1)->timed($path))[0] } 0 .. $count - 1;
-}
-{
-    my $k = fresh_key('ex');
-    is(alternate("/ex?k=$k", 3), '200 200 200', 'three admitted, alternating instances');
-    my ($st, $h) = $n1->get("/ex?k=$k");
-    my ($item) = parse_sf_list($h->{ratelimit});
-    is("$st " . ($item ? $item->{r} : '-'), '200 1', 'the fourth admitted with 1 left');
-    is(alternate("/ex?k=$k", 3), '200 429 429', 'the fifth admitted, then rejected');
-    my @on_master = $s->master->keys_matching('rl:{ex:*');
-    is(scalar @on_master, 1, 'the state key is on the master Sentinel names') or diag("@on_master");
-    like($on_master[0] // '', qr/^rl:\{ex:[0-9a-f]{32}\}:gcra$/, '... laid out as without Sentinel');
-}
+exact_on_master($s, $n1, $n2, 'Sentinel');
 
 # AUTH: a wrong sentinel_password, a wrong master password: on_error applies, the reason is
 # logged, no secret ever is.
@@ -137,7 +123,7 @@ for my $case (['/badsp', 'badsp'], ['/badmp', 'badmp']) {
     is($newr && $newr->addr, $new, 'the new master is the one the Sentinels named');
     my $before = () = $newr->keys_matching('rl:{ex:*');
     my $k = fresh_key('ex');
-    is(alternate("/ex?k=$k", 6), '200 200 200 200 200 429', 'graceful failover: exact, shared by both instances');
+    is(alternate($n1, $n2, "/ex?k=$k", 6), '200 200 200 200 200 429', 'graceful failover: exact, shared by both instances');
     my $after = () = $newr->keys_matching('rl:{ex:*');
     is($after - $before, 1, 'graceful failover: the new key is on the new master');
 }

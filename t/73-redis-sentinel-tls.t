@@ -13,7 +13,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
-use RLTest::Failover qw(kill_master_under_load);
+use RLTest::SentinelChecks qw(alternate exact_on_master kill_master_under_load);
 use Test::More;
 use Time::HiRes qw(time sleep);
 
@@ -92,22 +92,10 @@ my @workers = ($n1->worker_pids, $n2->worker_pids);
 ok(defined $n1->wait_decided(sub { '/load?k=' . fresh_key('w') }, 10), 'instance 1: every worker decides through the TLS Sentinels');
 ok(defined $n2->wait_decided(sub { '/load?k=' . fresh_key('w') }, 10), 'instance 2: every worker decides through the TLS Sentinels');
 
-sub alternate {
-    my ($path, $count) = @_;
-    return join ' ', map { (($_ % 2 ? $n2 : $n1)->timed($path))[0] } 0 .. $count - 1;
-}
 
-# Exact decisions shared by the two instances; the key on the master.
+# Exact decisions shared by the two instances; the key on the master, replicated over TLS.
+exact_on_master($s, $n1, $n2, 'Sentinel or TLS');
 {
-    my $k = fresh_key('ex');
-    is(alternate("/ex?k=$k", 3), '200 200 200', 'three admitted, alternating instances');
-    my ($st, $h) = $n1->get("/ex?k=$k");
-    my ($item) = parse_sf_list($h->{ratelimit});
-    is("$st " . ($item ? $item->{r} : '-'), '200 1', 'the fourth admitted with 1 left');
-    is(alternate("/ex?k=$k", 3), '200 429 429', 'the fifth admitted, then rejected');
-    my @on_master = $s->master->keys_matching('rl:{ex:*');
-    is(scalar @on_master, 1, 'the state key is on the master the Sentinels name') or diag("@on_master");
-    like($on_master[0] // '', qr/^rl:\{ex:[0-9a-f]{32}\}:gcra$/, '... laid out as without Sentinel or TLS');
     my @on_replica;
     my $deadline = time + 3;    # replication is asynchronous
     while (time < $deadline) {

@@ -31,8 +31,8 @@ package RLTest;
 #               and Sentinels TLS-only, the harness's clients speaking TLS (see its header)
 #   DNS         start_dns: an authoritative DNS server whose answers the test changes: set,
 #               fail, queries, wait_queries, lookup (see its header)
-#   Failover    kill_master_under_load: a Sentinel failover under load from two instances and
-#               its checks, `use RLTest::Failover qw(kill_master_under_load);` (t/71, t/73)
+#   SentinelChecks  alternate, exact_on_master, kill_master_under_load: the checks t/71 and
+#               t/73 share (two instances in front of a Sentinel set; see its header)
 #   Sync        sync-zone helpers, `use RLTest::Sync;` (see its header)
 #
 # This file itself: every test file is bounded in time (RLTEST_TIMEOUT seconds, default

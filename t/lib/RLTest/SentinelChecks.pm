@@ -1,6 +1,15 @@
-package RLTest::Failover;
-# The checks of a Sentinel failover under load, shared by t/71 (plain) and t/73 (TLS): the
-# master of an RLTest::Sentinel set is killed while two nginx instances (two workers each)
+package RLTest::SentinelChecks;
+# Checks shared by t/71 (Sentinel) and t/73 (Sentinel over TLS), on two nginx instances of
+# two workers each in front of an RLTest::Sentinel set.
+#
+#   alternate($n1, $n2, $path, $count)  the statuses of $count requests, alternating instances
+#   exact_on_master($s, $n1, $n2, $what) /ex (5 per key, burst 4 or the like: 5 admitted): three
+#                                        admitted alternating, the fourth with 1 left, the fifth,
+#                                        then 429s; one state key, on the master, laid out as
+#                                        without Sentinel; returns that key
+#   kill_master_under_load(...)          below
+#
+# kill_master_under_load: the master is killed while two nginx instances
 # serve /load (on_error allow) and /load_deny (on_error deny) of Redis limits; then
 #   - the Sentinels name a new master;
 #   - meanwhile only 200, 429 and deny's 503 (on_error), none slower than the timeout allows;
@@ -20,17 +29,33 @@ use Test::More;
 use Time::HiRes qw(time sleep);
 use RLTest::Util qw(fresh_key);
 use RLTest::Clients qw(run_clients codes);
+use RLTest::Http qw(parse_sf_list);
 
-our @EXPORT_OK = qw(kill_master_under_load);
+our @EXPORT_OK = qw(alternate exact_on_master kill_master_under_load);
+
+sub alternate {
+    my ($n1, $n2, $path, $count) = @_;
+    return join ' ', map { (($_ % 2 ? $n2 : $n1)->timed($path))[0] } 0 .. $count - 1;
+}
+
+sub exact_on_master {
+    my ($s, $n1, $n2, $what) = @_;
+    my $k = fresh_key('ex');
+    is(alternate($n1, $n2, "/ex?k=$k", 3), '200 200 200', 'three admitted, alternating instances');
+    my ($st, $h) = $n1->get("/ex?k=$k");
+    my ($item) = parse_sf_list($h->{ratelimit});
+    is("$st " . ($item ? $item->{r} : '-'), '200 1', 'the fourth admitted with 1 left');
+    is(alternate($n1, $n2, "/ex?k=$k", 3), '200 429 429', 'the fifth admitted, then rejected');
+    my @on_master = $s->master->keys_matching('rl:{ex:*');
+    is(scalar @on_master, 1, 'the state key is on the master the Sentinels name') or diag("@on_master");
+    like($on_master[0] // '', qr/^rl:\{ex:[0-9a-f]{32}\}:gcra$/, "... laid out as without $what");
+    return $on_master[0];
+}
 
 sub kill_master_under_load {
     my ($s, $n1, $n2, %o) = @_;
     my ($timeout_ms, $margin_ms) = @o{qw(timeout_ms margin_ms)};
     my $what = $o{what} // 'the Sentinels';
-    my $alternate = sub {
-        my ($path, $count) = @_;
-        return join ' ', map { (($_ % 2 ? $n2 : $n1)->timed($path))[0] } 0 .. $count - 1;
-    };
     my ($killed, $old, $new, $t_first, $t_all, $first_ok, $first_x, $all_ok);
     my @paths = ('/load', '/load_deny');
     my $r = run_clients([$n1->port, $n2->port], sub { sleep 0.003; "$paths[$_[0] % 2]?k=kl$_[0]_" . int($_[1] / 50) }, 4, 1000000,
@@ -73,7 +98,7 @@ sub kill_master_under_load {
     my $newr = $s->master;
     my $before = () = $newr->keys_matching('rl:{ex:*');
     my $k = fresh_key('ex');
-    is($alternate->("/ex?k=$k", 6), '200 200 200 200 200 429', 'kill: exact on the new master, shared by both instances');
+    is(alternate($n1, $n2, "/ex?k=$k", 6), '200 200 200 200 200 429', 'kill: exact on the new master, shared by both instances');
     my $after = () = $newr->keys_matching('rl:{ex:*');
     is($after - $before, 1, 'kill: the new key is on the new master');
     my $r2 = run_clients([$n1->port, $n2->port], sub { "$paths[$_[0] % 2]?k=after$_[0]" }, 4, 1000000, keepalive => 1,
