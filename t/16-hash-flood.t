@@ -39,9 +39,10 @@ my @crafted = split /\n/, `$gen $buckets $nkeys`;
 is(scalar @crafted, $nkeys, "$nkeys keys made for one bucket of $buckets");
 my @random = map { sprintf 'r%08x', int(rand(2**32)) } 1 .. $nkeys;
 
-# Requests per second over a key set, round robin, from wrk (1 thread, 4 connections, 2 s).
+# Requests per second over a key set, round robin, from wrk (1 thread, 4 connections, $secs s).
 sub rate {
-    my ($name, $keys) = @_;
+    my ($name, $keys, $secs) = @_;
+    $secs //= 2;
     my $dir = $n->dir;
     spew("$dir/$name.keys", join("\n", @$keys) . "\n");
     spew("$dir/$name.lua", <<"LUA");
@@ -53,18 +54,27 @@ request = function()
 end
 LUA
     my $port = $n->port;
-    my $out = `wrk -t1 -c4 -d2s -s $dir/$name.lua http://127.0.0.1:$port/ 2>&1`;
+    my $out = `wrk -t1 -c4 -d${secs}s -s $dir/$name.lua http://127.0.0.1:$port/ 2>&1`;
     my ($rps) = $out =~ /Requests\/sec:\s+([\d.]+)/;
     my ($non2xx) = $out =~ /Non-2xx or 3xx responses:\s+(\d+)/;
     return ($rps // 0, $non2xx // 0);
 }
 
 rate('warm', \@random);  # the first run of a fresh nginx is slower
-my ($rr, $bad_r) = rate('random', \@random);
-my ($rc, $bad_c) = rate('crafted', \@crafted);
-is($bad_r + $bad_c, 0, 'every request admitted');
+# Rounds of each key set in turn, and the best of each: a moment of other load on the machine
+# slows one round, not the best of four. A chain of all the keys (the flood this guards
+# against) costs many times more than random keys on every round.
+my ($rr, $rc, $bad) = (0, 0, 0);
+for my $round (1 .. 4) {
+    my ($r, $br) = rate("random$round", \@random, 1);
+    my ($c, $bc) = rate("crafted$round", \@crafted, 1);
+    $rr = $r if $r > $rr;
+    $rc = $c if $c > $rc;
+    $bad += $br + $bc;
+}
+is($bad, 0, 'every request admitted');
 my $ratio = $rr ? $rc / $rr : 0;
-diag(sprintf 'random keys %.0f req/s, crafted keys %.0f req/s: %.2fx', $rr, $rc, $ratio);
+diag(sprintf 'random keys %.0f req/s, crafted keys %.0f req/s (best of 4 rounds each): %.2fx', $rr, $rc, $ratio);
 ok($ratio > 0.6, sprintf 'crafted keys cost no more than random ones (%.2fx)', $ratio);
 
 done_testing;

@@ -15,6 +15,7 @@ use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::SentinelChecks qw(alternate exact_on_master kill_master_under_load);
 use Test::More;
+use List::Util ();
 use Time::HiRes qw(time sleep);
 
 my $timeout_ms = 150;
@@ -177,7 +178,7 @@ EOF3
     }
     my ($nconn, $secs) = ($conns->() - $c0, time - $t0);
     is(join(',', sort keys %more), '503 ERROR', sprintf('... and keeps applying (%d requests in %.1fs, slowest %dms)',
-        (sort { $b <=> $a } values %more)[0] // 0, $secs, $slowest));
+        List::Util::sum(values %more) // 0, $secs, $slowest));
     ok($nconn <= 2 + 5 * $secs, sprintf('... reconnections to the replica paced: %d in %.1fs', $nconn, $secs));
     my @allow = map { join ' ', ($bad->timed('/rep_allow?k=' . fresh_key('r')))[0, 1] } 1 .. 3;
     is("@allow", join(' ', ('200 ERROR') x 3), '... on_error allow lets requests through');
