@@ -5,7 +5,7 @@ namespace rl {
 namespace {
 
 // Indexed by the enum's value, which is part of the shared-memory format.
-constexpr std::string_view kNames[kAlgoCount] = {"gcra", "token", "leaky", "sliding", "fixed", "log"};
+constexpr std::string_view kNames[kAlgoCount + 1] = {"gcra", "token", "leaky", "sliding", "fixed", "log", "concurrency"};
 
 }  // namespace
 
@@ -21,7 +21,7 @@ bool parse_algo(std::string_view name, Algo& out) {
 
 std::string_view algo_name(Algo a) {
     auto i = static_cast<unsigned>(a);
-    return i < static_cast<unsigned>(kAlgoCount) ? kNames[i] : std::string_view("unknown");
+    return i <= static_cast<unsigned>(kAlgoCount) ? kNames[i] : std::string_view("unknown");
 }
 
 }  // namespace rl

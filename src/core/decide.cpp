@@ -1,5 +1,7 @@
 #include "decide.h"
 
+#include "concurrency.h"
+
 namespace rl {
 
 Decision decide(const State& s, const Policy& p, int64_t now, int64_t cost, const int64_t* ring) {
@@ -10,6 +12,7 @@ Decision decide(const State& s, const Policy& p, int64_t now, int64_t cost, cons
         case Algo::fixed: return decide_fixed(s, p, now, cost);
         case Algo::sliding: return decide_sliding(s, p, now, cost);
         case Algo::log: return decide_log(s, ring, p, now, cost);
+        case Algo::concurrency: return decide_concurrency(s, p, cost);
     }
     return Decision{};
 }

@@ -91,6 +91,7 @@ void refund(State& s, int64_t* ring, const Policy& p, int64_t now, int64_t at, i
         case Algo::fixed: refund_fixed(s, p, at, cost); break;
         case Algo::sliding: refund_sliding(s, p, at, cost); break;
         case Algo::log: refund_log(s, ring, p, at, cost); break;
+        case Algo::concurrency: s.a = s.a > cost ? s.a - cost : 0; break;  // a slot given back
     }
 }
 
