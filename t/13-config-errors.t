@@ -382,6 +382,9 @@ for my $good (
 # the messages are matched loosely (the spec's wording, where it gives one).
 {
     my $R = 'ratelimit_redis r 127.0.0.1:6379;';
+    # A value out of range: the message names the parameter, and is not the "invalid parameter"
+    # of a parameter the directive does not know.
+    my $value_re = sub { my ($p) = @_; return qr/\[emerg\] (?!invalid parameter)[^\n]*\b$p\b/ };
     my $loc = sub {    # a location applying zone c with the given parameters, marked BAD
         my ($params) = @_;
         return <<"C";
@@ -413,13 +416,13 @@ C
          qr/"default_concurrency"/],
         ['concurrency=$var without default_concurrency', "    ratelimit_zone c key=\$arg_k concurrency=\$arg_n;   # BAD\n",
          qr/"default_concurrency"/],
-        ['concurrency=0', "    ratelimit_zone c key=\$arg_k concurrency=0;   # BAD\n", qr/concurrency/],
-        ['concurrency=1000001', "    ratelimit_zone c key=\$arg_k concurrency=1000001;   # BAD\n", qr/concurrency/],
-        ['concurrency=abc', "    ratelimit_zone c key=\$arg_k concurrency=abc;   # BAD\n", qr/concurrency/],
+        ['concurrency=0', "    ratelimit_zone c key=\$arg_k concurrency=0;   # BAD\n", $value_re->('concurrency')],
+        ['concurrency=1000001', "    ratelimit_zone c key=\$arg_k concurrency=1000001;   # BAD\n", $value_re->('concurrency')],
+        ['concurrency=abc', "    ratelimit_zone c key=\$arg_k concurrency=abc;   # BAD\n", $value_re->('concurrency')],
         ['default_concurrency=0', "    ratelimit_zone c key=\$arg_k concurrency=\$arg_n default_concurrency=0;   # BAD\n",
-         qr/default_concurrency/],
-        ['hold=500ms', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r hold=500ms;   # BAD\n", qr/hold/],
-        ['hold=2d', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r hold=2d;   # BAD\n", qr/hold/],
+         $value_re->('default_concurrency')],
+        ['hold=500ms', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r hold=500ms;   # BAD\n", $value_re->('hold')],
+        ['hold=2d', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r hold=2d;   # BAD\n", $value_re->('hold')],
         (map { my ($p, $name) = @$_;
                ["ratelimit zone=c $p", $loc->($p), qr/"$name" has no meaning for the concurrency zone "c"/] }
            ['burst=3', 'burst'], ['quantity=2', 'quantity'], ['delay=1', 'delay'], ['nodelay', 'nodelay'],
@@ -439,7 +442,7 @@ C
         ['concurrency 1 and 1000000', 'ratelimit_zone a key=$arg_k concurrency=1; ratelimit_zone b key=$arg_k concurrency=1000000;'],
         ['concurrency=$var with default_concurrency', 'map $arg_t $cn { gold 10; default ""; } ratelimit_zone c key=$arg_k concurrency=$cn default_concurrency=2;'],
         ['hold 1s and 1d with redis, and the default', "$R ratelimit_zone a key=\$arg_k concurrency=5 redis=r hold=1s; ratelimit_zone b key=\$arg_k concurrency=5 redis=r hold=1d; ratelimit_zone d key=\$arg_k concurrency=5 redis=r;"],
-        ['a rate zone and a concurrency zone in one location, ratelimit_algo around', 'ratelimit_zone r key=$arg_k rate=5r/s burst=4; ratelimit_zone c key=$arg_k concurrency=5 size=1m; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit_algo fixed; ratelimit zone=r; ratelimit zone=c; empty_gif; } }'],
+        ['a rate zone and a concurrency zone in one location, ratelimit_algo around', 'ratelimit_zone r key=$arg_k requests=5 period=1m; ratelimit_zone c key=$arg_k concurrency=5 size=1m; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit_algo fixed; ratelimit zone=r; ratelimit zone=c; empty_gif; } }'],
         ['ratelimit_algo sliding does not apply to a concurrency zone', 'ratelimit_zone c key=$arg_k concurrency=5; server { listen 127.0.0.1:%%PORT%%; ratelimit_algo sliding; location / { ratelimit zone=c; empty_gif; } }'],
     ) {
         my ($rc, $out) = nginx_t($good->[1]);
