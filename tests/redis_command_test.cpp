@@ -101,6 +101,27 @@ TEST(RedisCommand, ManyChecksAndRefunds) {
     EXPECT_NE(buf.find(doubles({1700000000000002.0})), std::string::npos);
 }
 
+// A concurrency check's record carries the slot's owner in burst's place and its seq in at's,
+// both masked to what a double holds exactly.
+TEST(RedisCommand, ConcurrencyRecord) {
+    rl::Policy p = rltest::policy(rl::Algo::concurrency, 3, 30 * kSec);  // refill 1, token 10^7, depth 3
+    std::vector<rl::RedisCheck> checks(1);
+    checks[0].zone = "api";
+    checks[0].hash = rl::KeyHash{0x2, 0x1};
+    checks[0].policy = &p;
+    checks[0].cost = 1;
+    checks[0].at = 99;  // not sent: a slot is named by owner and seq
+    checks[0].owner = 281474976710655ULL;
+    checks[0].seq = (uint64_t{1} << 52) + 12;  // masked to 12
+    std::string want = std::string("*7\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
+                       "\r\n$1\r\n1\r\n"
+                       "$53\r\nrl:{api:00000000000000010000000000000002}:concurrency\r\n"
+                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$104\r\n" +
+                       doubles({1, 6, 3, 30000000, 281474976710655.0, 1, 10000000, 3, 30000000, 1, 12, -1, -1}) +
+                       "\r\n";
+    EXPECT_EQ(decide(rl::CommandScript::evalsha, true, "rl:", checks, 1700000000LL * kSec), want);
+}
+
 // The RESP of a batch through the two-pass API; checks the passes agree and stay in bounds.
 std::string batch(rl::CommandScript script, bool injected, std::string_view prefix,
                   const std::vector<rl::RedisGroup>& groups, int64_t now) {

@@ -55,16 +55,17 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
         for (size_t i = 0; i < groups[g].n; i++) {
             const RedisCheck& c = groups[g].checks[i];
             const Policy& p = *c.policy;
+            const bool slots = p.algo == Algo::concurrency;  // no burst, no at: owner and seq instead
             r.le_double(static_cast<int64_t>(p.algo));
             r.le_double(p.requests);
             r.le_double(p.period_us);
-            r.le_double(p.burst);
+            r.le_double(slots ? static_cast<int64_t>(c.owner & kOwnerMask) : p.burst);
             r.le_double(p.refill);
             r.le_double(p.token);
             r.le_double(p.depth);
             r.le_double(p.weight_scale);
             r.le_double(clamp_cost(c.cost));
-            r.le_double(c.at);
+            r.le_double(slots ? static_cast<int64_t>(c.seq & kSeqMask) : c.at);
             r.le_double(p.delay_level);
             r.le_double(p.max_delay_units);
         }

@@ -13,7 +13,9 @@
 //   ARGV[3]  = the checks, binary: little-endian IEEE-754 doubles (every value an integer below
 //              2^52, so exact); per group its number of checks n, then n records of 12 (96 bytes)
 //              in KEYS order: algo (rl::Algo's value), requests, period_us, burst, refill, token,
-//              depth, weight_scale, cost, at, delay_level, max_delay_units (-1: none)
+//              depth, weight_scale, cost, at, delay_level, max_delay_units (-1: none);
+//              for algo 6 (concurrency), which has no burst and no `at`: burst = owner, at = seq
+//              (RedisCheck; masked to 48 and 52 bits)
 //   (binary because one struct.unpack per check is far cheaper in Lua than twelve tonumber()s;
 //   the derived integers come from finish_policy: the script never recomputes a gcd)
 //
@@ -42,6 +44,14 @@
 // is a list of decimal timestamps. A hash {a, b, c} left by an earlier
 // version is still read, and replaced at the key's next change.
 //
+// Concurrency (algo 6; policy: requests = N, period_us = hold): a sorted set, one member per
+// slot taken, concurrency_member(owner, seq + i) for slot i of a check of cost n (0 <= i < n:
+// the caller's seq advances by the cost), scored by its expiry on Redis's clock (now + hold, us).
+// decide counts the members of score > now (ZCOUNT), decides as decide_concurrency on that
+// count, and on admission drops the others, adds the slots and sets the key's TTL to the hold
+// (ceil ms + 1). refund removes the check's slots (ZREM), then reports a cost-0 check. N above
+// kMaxConcurrency is a bad check. Its State for the C++ core: a = slots taken.
+//
 // Writers take a caller's buffer of at least the _len() size (two passes: measure, allocate
 // from the request pool, write), or of batch_command_bound's: no heap, no exceptions. They
 // return the bytes written.
@@ -62,6 +72,9 @@ struct RedisCheck {
     const Policy* policy = nullptr;   // finished; never null
     int64_t cost = 0;                 // clamped to [0, kExact]: beyond any capacity either way
     int64_t at = 0;                   // refund only: the decide reply's now_us
+    // Concurrency only: who takes the slots, named concurrency_member(owner, seq + i).
+    uint64_t owner = 0;               // random per nginx worker, below 2^48
+    uint64_t seq = 0;                 // the worker's counter, below 2^52
 };
 
 // One request's checks: all or nothing.
