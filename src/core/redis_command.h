@@ -50,7 +50,8 @@
 // decide counts the members of score > now (ZCOUNT), decides as decide_concurrency on that
 // count, and on admission drops the others, adds the slots and sets the key's TTL to the hold
 // (ceil ms + 1). refund removes the check's slots (ZREM), then reports a cost-0 check. N above
-// kMaxConcurrency is a bad check. Its State for the C++ core: a = slots taken.
+// kMaxConcurrency is a bad check. The writers below release and refresh slots without the
+// Lua. Its State for the C++ core: a = slots taken.
 //
 // Writers take a caller's buffer of at least the _len() size (two passes: measure, allocate
 // from the request pool, write), or of batch_command_bound's: no heap, no exceptions. They
@@ -149,6 +150,22 @@ size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, siz
                           CommandScript script = CommandScript::evalsha) noexcept;
 size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
                             CommandScript script = CommandScript::evalsha) noexcept;
+
+// ---- concurrency slots without the Lua ------------------------------------------------------
+// One check's slots (max(cost, 1) of them, at most kMaxConcurrency), on the key of
+// redis_key(prefix, zone, hash, Algo::concurrency): the decide call's key, so its cluster slot.
+
+// Release: ZREM <key> <member>...; reply: an integer, the members removed (0 when they had
+// expired).
+size_t release_command_len(std::string_view prefix, const RedisCheck& c) noexcept;
+size_t write_release_command(char* buf, std::string_view prefix, const RedisCheck& c) noexcept;
+
+// Refresh: ZADD <key> XX <score_us> <member>... then PEXPIRE <key> <ms>, two commands and two
+// integer replies (ZADD's 0: XX adds nothing, an expired slot stays gone; PEXPIRE's 1, or 0
+// when the key is gone). score_us: the new expiry on Redis's clock (its time last seen in a
+// reply + hold); ms = c.policy->period_us rounded up to the ms, plus 1, as the Lua sets it.
+size_t refresh_command_len(std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept;
+size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept;
 
 // Reads the reply of a one-group call (already parsed into its n integers) into
 // out[0..nchecks), as decode_batch_reply does. The call admitted the request iff
