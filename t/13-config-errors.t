@@ -425,8 +425,12 @@ C
         ['hold=2d', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r hold=2d;   # BAD\n", $value_re->('hold')],
         (map { my ($p, $name) = @$_;
                ["ratelimit zone=c $p", $loc->($p), qr/"$name" has no meaning for the concurrency zone "c"/] }
-           ['burst=3', 'burst'], ['quantity=2', 'quantity'], ['delay=1', 'delay'], ['nodelay', 'nodelay'],
-           ['max_delay=1s', 'max_delay']),
+           ['burst=3', 'burst'], ['quantity=2', 'quantity'], ['delay=1', 'delay'], ['nodelay', 'nodelay']),
+        # max_delay without delay is refused whatever the zone; with delay, delay is what is named
+        ['ratelimit zone=c max_delay=1s', $loc->('max_delay=1s'),
+         qr/"max_delay" (?:has no meaning for the concurrency zone "c"|requires "delay")/],
+        ['ratelimit zone=c delay=1 max_delay=1s', $loc->('delay=1 max_delay=1s'),
+         qr/"(?:max_)?delay" has no meaning for the concurrency zone "c"/],
     );
     for my $c (@conc) {
         my ($name, $http, $re) = @$c;
