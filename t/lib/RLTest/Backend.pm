@@ -18,7 +18,8 @@ package RLTest::Backend;
 #   $b->stats($key)     -> { cur, max, served, aborted, started, holders => { pid => n },
 #                            levels => { level => seconds } } (zeros for a key never seen)
 #   $b->reset([$key])   forgets the counters (of one key, or all); requests in progress stay
-#                       counted in cur, max starts again from cur
+#                       counted in cur, max starts again from cur. With a key, returns its
+#                       stats as they were just before (read and reset at once)
 #   $b->release([$key]) answers now the requests held (of one key, or all)
 #   $b->wait_for($key, sub { my $s = shift; ... } [, $timeout]) -> the stats that satisfied
 #                       the condition, or undef after $timeout seconds (5)
@@ -94,10 +95,15 @@ sub _ctl {
 
 sub stats {
     my ($self, $key) = @_;
+    return _parse_stats($self->_ctl('stats', $key // ''));
+}
+
+sub _parse_stats {
+    my ($text) = @_;
     my %s = map { $_ => 0 } qw(cur max served aborted started);
     $s{holders} = {};
     $s{levels}  = {};
-    for my $line (split /\n/, $self->_ctl('stats', $key // '')) {
+    for my $line (split /\n/, $text) {
         my ($k, $v) = split / /, $line, 2;
         next unless defined $v;
         if ($k eq 'holders' || $k eq 'levels') {
@@ -109,7 +115,11 @@ sub stats {
     return \%s;
 }
 
-sub reset   { my ($self, $key) = @_; $self->_ctl('reset', $key); return 1 }
+sub reset {
+    my ($self, $key) = @_;
+    my $before = $self->_ctl('reset', $key);
+    return defined $key ? _parse_stats($before) : 1;
+}
 sub release { my ($self, $key) = @_; $self->_ctl('release', $key); return 1 }
 
 sub wait_for {
@@ -270,13 +280,14 @@ sub _serve {
             if ($what eq 'stats') {
                 return $answer->($c, 200, $stats_text->($k // ''));
             } elsif ($what eq 'reset') {
+                my $before = $stats_text->($k // '');    # what was counted until now, at once
                 for my $kk (@keys) {
                     delete $lv{$kk};
                     $since{$kk} = ($cur{$kk} // 0) > 0 ? time : undef;
                     $max{$kk} = $cur{$kk} // 0;
                     $served{$kk} = $aborted{$kk} = $started{$kk} = 0;
                 }
-                return $answer->($c, 200, "ok\n");
+                return $answer->($c, 200, $before);
             } elsif ($what eq 'release') {
                 my $now = time;
                 $_->{due} = $now for grep { $_->{state} eq 'hold' && (!defined $k || $_->{key} eq $k) } values %conn;
