@@ -97,6 +97,7 @@ struct rl_limit_t {
     ngx_http_complex_value_t* quantity_cv;  // quantity=$variable
     bool quantity_set;
     int64_t delay;                          // delay=N, or rl::kNoDelay (nodelay, the default)
+    bool nodelay;                           // written out
     int64_t max_delay_us;                   // max_delay=TIME, 0 when none
     u_char* file;                           // where the line is, for errors found at merge
     ngx_uint_t line;

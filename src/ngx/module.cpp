@@ -160,6 +160,7 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         }
     }
 
+    limit.nodelay = nodelay;
     if (nodelay && limit.delay != rl::kNoDelay) {
         return rl_conf_error(cf, "\"delay\" and \"nodelay\" are mutually exclusive");
     }
@@ -264,10 +265,11 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "unknown ratelimit zone \"%V\"", &l.shm_zone->shm.name);
             return false;
         }
-        if (zone->concurrency && (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay)) {
+        if (zone->concurrency && (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay || l.nodelay)) {
             // A request takes one slot while it runs, and nothing refills a slot but its end.
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "\"%s\" has no meaning for the concurrency zone \"%V\"",
-                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : "delay", &zone->name);
+                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : l.nodelay ? "nodelay" : "delay",
+                             &zone->name);
             return false;
         }
         rl::Policy p = zone->policy;
