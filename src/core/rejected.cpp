@@ -1,0 +1,27 @@
+#include "rejected.h"
+
+namespace rl {
+
+bool rejection_cacheable(const Decision& d, const Policy& p, int64_t cost) {
+    return !d.allowed && cost > 0 && d.retry_after_us > 0 && d.retry_after_us != kNever && is_rate(p.algo);
+}
+
+State remember_rejection(const Decision& d, int64_t now, int64_t cost) {
+    State s;
+    s.a = now + d.retry_after_us;
+    s.b = now + (d.reset_us > 0 ? d.reset_us : 0);
+    s.c = cost;
+    return s;
+}
+
+bool cached_rejection(const State& s, const Policy& p, int64_t now, int64_t cost, Decision* out) {
+    if (s.a <= now || cost <= 0 || cost < s.c) return false;
+    Decision d;
+    d.limit = p.requests;
+    d.retry_after_us = s.a - now;
+    d.reset_us = s.b > now ? s.b - now : 0;
+    *out = d;
+    return true;
+}
+
+}  // namespace rl
