@@ -37,12 +37,15 @@ TEST(Rejected, HoldsUntilRetryAfterThenNot) {
     EXPECT_FALSE(rl::cached_rejection(s, p, 1000 + 57000000, 1, &d));  // Redis may admit now
 }
 
-TEST(Rejected, OnlyAsCostlyRequests) {
+TEST(Rejected, OnlyTheSameCost) {
     rl::Policy p = gcra(10, 1000000);
-    rl::State s = rl::remember_rejection(rejection(500000, 900000), 0, 3);
+    rl::Decision r = rejection(500000, 900000);
+    r.remaining = 2;
+    rl::State s = rl::remember_rejection(r, 0, 3);
     rl::Decision d;
     EXPECT_TRUE(rl::cached_rejection(s, p, 10, 3, &d));
-    EXPECT_TRUE(rl::cached_rejection(s, p, 10, 5, &d));
+    EXPECT_EQ(d.remaining, 2);  // as Redis reported it
+    EXPECT_FALSE(rl::cached_rejection(s, p, 10, 5, &d));  // may wait longer, or never fit
     EXPECT_FALSE(rl::cached_rejection(s, p, 10, 2, &d));  // a cheaper request may fit
     EXPECT_FALSE(rl::cached_rejection(s, p, 10, 0, &d));  // a report is always asked
     EXPECT_FALSE(rl::cached_rejection(rl::State{}, p, 10, 1, &d));  // nothing remembered

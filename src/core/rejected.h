@@ -3,7 +3,9 @@
 // consume more), so its requests until then are rejected without asking Redis, with what Redis
 // would answer. Kept in a slot of the zone's table beside the key's own (its algo byte tagged).
 // State: a = until (local clock, us), b = when the key is back to fresh (reset), c = the cost
-// that was rejected (a cheaper request may fit earlier: only as costly ones are rejected).
+// that was rejected and the remaining units Redis reported, as cost * 2^31 + remaining (each
+// below 2^31, or nothing is remembered): only requests of that cost are answered from it (a
+// cheaper one may fit sooner, a costlier one may wait longer or never fit: Redis is asked).
 #pragma once
 #include <cstdint>
 #include "decision.h"
