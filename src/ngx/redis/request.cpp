@@ -11,6 +11,7 @@
 #include "ngx/redis/cluster.h"
 #include "ngx/redis/held.h"
 #include "ngx/redis/node.h"
+#include "ngx/redis/rejected.h"
 
 namespace {
 
@@ -49,6 +50,8 @@ struct rl_call_t {
 };
 
 enum { RL_CALL_PENDING = 0, RL_CALL_DONE, RL_CALL_FAILED };
+
+constexpr uint8_t kRejectedHere = 4;  // rl_result_t::flags: decided by a remembered rejection (rejected.h)
 
 rl_calls_t* calls_of(rl_ctx_t* ctx) { return static_cast<rl_calls_t*>(ctx->store_data[kIndex]); }
 
@@ -212,6 +215,7 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
     rl_held_clock(redis, now);
 
     size_t at = 0;
+    int64_t local_now = rl_rejected_now();
     for (ngx_uint_t g = 0; g < batch->n; g++) {
         rl_call_t* call = batch->calls[g];
         if (call != nullptr) {
@@ -222,6 +226,7 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
                 res.decision.limit = res.policy->requests;
                 res.at = now;
                 res.consumed = admitted[g] && res.cost > 0;
+                if (!res.decision.allowed) rl_rejected_remember(res, local_now);
             }
             call->batch = nullptr;
             call->state = RL_CALL_DONE;
@@ -335,12 +340,33 @@ rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint1
     return call;
 }
 
+// Whether a limit of the request is one Redis rejected and would still reject: the request is
+// then rejected without a call, its other Redis limits not asked (all or nothing).
+bool rejected_here(rl_ctx_t* ctx) {
+    int64_t now = rl_rejected_now();
+    bool rejected = false;
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        if (res.store == RL_STORE_REDIS && rl_rejected_check(res, now)) {
+            res.flags |= kRejectedHere;
+            rejected = true;
+        }
+    }
+    if (!rejected) return false;
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        if (res.store == RL_STORE_REDIS && !(res.flags & kRejectedHere)) res.store = RL_STORE_SKIPPED;
+    }
+    return true;
+}
+
 // Sends the request's Redis checks; returns the number of calls now in flight.
 ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ngx_http_request_t* r = ctx->r;
     ngx_uint_t n = ctx->nresults, nredis = 0;
     for (ngx_uint_t i = 0; i < n; i++) nredis += ctx->results[i].store == RL_STORE_REDIS;
     if (nredis == 0) return 0;  // (every key of its zones was empty)
+    if (rejected_here(ctx)) return 0;
     // At most one call per result; each result's index goes into exactly one call.
     auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
     auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(r->pool, n * sizeof(ngx_uint_t)));
@@ -458,7 +484,11 @@ void redis_give_back(rl_ctx_t* ctx) noexcept {
                                                      ngx_alloc(call->nchecks * sizeof(rl::RedisCheck), call->redis->conn.log)));
         if (checks != nullptr) send_refund(call->redis, call->node, checks, call->nchecks);
         ngx_free(checks);
-        for (ngx_uint_t i = 0; i < call->nchecks; i++) ctx->results[call->checks[i]].consumed = false;
+        for (ngx_uint_t i = 0; i < call->nchecks; i++) {
+            rl_result_t& res = ctx->results[call->checks[i]];
+            if (res.consumed) rl_rejected_forget(res);  // units back: a rejection of its key may no longer hold
+            res.consumed = false;
+        }
     }
 }
 

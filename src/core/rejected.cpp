@@ -1,0 +1,35 @@
+#include "rejected.h"
+
+namespace rl {
+
+namespace {
+
+constexpr int64_t kPart = int64_t{1} << 31;  // c = cost * kPart + remaining, each below kPart
+
+}  // namespace
+
+bool rejection_cacheable(const Decision& d, const Policy& p, int64_t cost) {
+    return !d.allowed && cost > 0 && cost < kPart && d.remaining >= 0 && d.remaining < kPart &&
+           d.retry_after_us > 0 && d.retry_after_us != kNever && is_rate(p.algo);
+}
+
+State remember_rejection(const Decision& d, int64_t now, int64_t cost) {
+    State s;
+    s.a = now + d.retry_after_us;
+    s.b = now + (d.reset_us > 0 ? d.reset_us : 0);
+    s.c = cost * kPart + d.remaining;
+    return s;
+}
+
+bool cached_rejection(const State& s, const Policy& p, int64_t now, int64_t cost, Decision* out) {
+    if (s.a <= now || cost <= 0 || cost != s.c / kPart) return false;
+    Decision d;
+    d.limit = p.requests;
+    d.remaining = s.c % kPart;  // as Redis reported it (more may have refilled since: a lower bound)
+    d.retry_after_us = s.a - now;
+    d.reset_us = s.b > now ? s.b - now : 0;
+    *out = d;
+    return true;
+}
+
+}  // namespace rl
