@@ -129,12 +129,14 @@ upstream_tests() {
         touch "$dir/$name/configure"
     fi
     log "building $name and the module against it"
-    # t/15 uses auth_request and addition, which are not built by default; ssl_module brings
-    # OpenSSL, which `ratelimit_redis ... ssl` uses through nginx; t/80 checks HTTP/2 streams.
+    # t/15 uses auth_request and addition, and t/74 realip, which are not built by default;
+    # ssl_module brings OpenSSL, which `ratelimit_redis ... ssl` uses through nginx; t/80
+    # checks HTTP/2 streams.
     ensure_packages libssl-dev:/usr/include/openssl/ssl.h
     local t0=$SECONDS
     configure_make "$dir/$name" "$dir/objs" "" --with-compat \
-        --with-http_auth_request_module --with-http_addition_module --with-http_ssl_module --with-http_v2_module
+        --with-http_auth_request_module --with-http_addition_module --with-http_ssl_module \
+        --with-http_v2_module --with-http_realip_module
     log "built $name in $((SECONDS - t0)) s"
     test_deps
     log "prove ${*:-t/} against $name"

@@ -125,6 +125,8 @@ struct rl_loc_conf_t {
     ngx_str_t policy;      // RateLimit-Policy when every applied limit decides: the same for
                            // every request, so formatted once, at merge
     bool tiered;           // some applied limit is tiered: RateLimit-Policy is formatted per request
+    ngx_uint_t prefix_v4;  // ratelimit_client_prefix: $ratelimit_client_prefix's lengths, in bits
+    ngx_uint_t prefix_v6;  // (set together: prefix_v4 unset means the directive is not here)
 };
 
 struct rl_main_conf_t {

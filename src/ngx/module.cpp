@@ -1,5 +1,6 @@
 // Module definition: directives, configuration create/merge, phase and filter registration.
 #include "ngx/access.h"
+#include "ngx/client_prefix.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/conf.h"
 #include "ngx/response_headers.h"
@@ -72,6 +73,8 @@ ngx_command_t rl_commands[] = {
      ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, dry_run), nullptr},
     {ngx_string("ratelimit_log_level"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      rl_set_enum, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, log_level), &rl_log_levels},
+    {ngx_string("ratelimit_client_prefix"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE12,
+     rl_client_prefix_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
     {ngx_string("ratelimit_metrics"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, rl_metrics_directive, 0, 0, nullptr},
     ngx_null_command,
 };
@@ -211,6 +214,8 @@ void* rl_create_loc_conf(ngx_conf_t* cf) noexcept {
     conf->dry_run = NGX_CONF_UNSET;
     conf->log_level = NGX_CONF_UNSET_UINT;
     conf->on_error = NGX_CONF_UNSET_UINT;
+    conf->prefix_v4 = NGX_CONF_UNSET_UINT;
+    conf->prefix_v6 = NGX_CONF_UNSET_UINT;
     return conf;
 }
 
@@ -316,6 +321,7 @@ char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept {
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
     ngx_conf_merge_uint_value(conf->on_error, prev->on_error, static_cast<ngx_uint_t>(RL_ON_ERROR_ALLOW));
+    rl_client_prefix_merge(conf, prev);
 
     if (!rl_build_applied(cf, conf)) return static_cast<char*>(NGX_CONF_ERROR);
     return NGX_CONF_OK;

@@ -1,7 +1,8 @@
 // $ratelimit_status, $ratelimit_limit, $ratelimit_remaining, $ratelimit_reset, $ratelimit_zone,
-// $ratelimit_delay.
+// $ratelimit_delay; $ratelimit_client_prefix is client_prefix.cpp's.
 #include "ngx/variables.h"
 
+#include "ngx/client_prefix.h"
 #include "ngx/request.h"
 #include "ngx/response_headers.h"
 
@@ -79,5 +80,5 @@ ngx_int_t rl_add_variables(ngx_conf_t* cf) noexcept {
         var->get_handler = rl_variable;
         var->data = def.which;
     }
-    return NGX_OK;
+    return rl_client_prefix_add_variable(cf);
 }
