@@ -81,3 +81,19 @@ TEST(TableFind, FindsWithoutCreatingOrReordering) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Rejected, AnEntryPerPolicy) {
+    rl::KeyHash k{11, 22};
+    rl::Policy a = gcra(10, 1000000), b = a;
+    b.burst = 5;
+    ASSERT_EQ(rl::finish_policy(b), nullptr);
+    rl::Policy c = gcra(20, 1000000);
+    EXPECT_TRUE(rl::rejection_key(k, a) == rl::rejection_key(k, a));
+    EXPECT_FALSE(rl::rejection_key(k, a) == rl::rejection_key(k, b));  // another burst
+    EXPECT_FALSE(rl::rejection_key(k, a) == rl::rejection_key(k, c));  // another rate (a tier)
+    EXPECT_FALSE(rl::rejection_key(k, a) == rl::rejection_key(rl::KeyHash{11, 23}, a));
+}
+
+}  // namespace

@@ -6,7 +6,18 @@ namespace {
 
 constexpr int64_t kPart = int64_t{1} << 31;  // c = cost * kPart + remaining, each below kPart
 
+uint64_t mix(uint64_t h, int64_t v) {
+    h ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+}
+
 }  // namespace
+
+KeyHash rejection_key(const KeyHash& key, const Policy& p) {
+    uint64_t f = 0;
+    for (int64_t v : {p.requests, p.period_us, p.burst, p.delay_level, p.max_delay_units}) f = mix(f, v);
+    return KeyHash{key.lo ^ f, key.hi ^ (f * 0xc4ceb9fe1a85ec53ULL)};
+}
 
 bool rejection_cacheable(const Decision& d, const Policy& p, int64_t cost) {
     return !d.allowed && cost > 0 && cost < kPart && d.remaining >= 0 && d.remaining < kPart &&

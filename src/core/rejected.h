@@ -9,12 +9,17 @@
 #pragma once
 #include <cstdint>
 #include "decision.h"
+#include "key_hash.h"
 #include "policy.h"
 #include "state.h"
 
 namespace rl {
 
 constexpr uint8_t kRejectedTag = 0x80;  // slot algo = kRejectedTag | policy algo
+
+// Where the entry of a key's rejections under `p` is kept: the key's hash mixed with the
+// policy's numbers (another burst or rate decides otherwise).
+KeyHash rejection_key(const KeyHash& key, const Policy& p);
 
 // Whether a decision is worth remembering: a rejection with a finite wait, of a rate (a
 // concurrency slot may free at any time).

@@ -65,7 +65,7 @@ const rl_store_t rl_shm_store = {
     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
-rl::Slot* rl_store_slot(const rl_result_t& res) noexcept {
+rl::Slot* rl_store_slot(const rl_result_t& res, bool create) noexcept {
     // An old worker finishing its requests during a reload may see a table laid out by the new
     // configuration, and must never use more log ring, or more of a slot, than it has.
     const rl::Policy& policy = *res.policy;
@@ -76,7 +76,8 @@ rl::Slot* rl_store_slot(const rl_result_t& res) noexcept {
     }
     size_t key_bytes = rl_zone_key_bytes(zone);
     if (key_bytes > 0 && table->slot_size < rl::slot_size_for(key_bytes)) return nullptr;
-    return rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
+    auto algo = static_cast<uint8_t>(policy.algo);
+    return create ? rl::table_acquire(table, res.hash, algo, nullptr) : rl::table_find(table, res.hash, algo);
 }
 
 bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
@@ -127,8 +128,11 @@ void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
     for (ngx_uint_t i = 0; i < n; i++) {
         rl_result_t& res = *results[i];
         if (!res.consumed) continue;
-        if (rl::Slot* slot = rl_store_slot(res)) {
-            const rl_store_t* store = rl_store_of(res);
+        const rl_store_t* store = rl_store_of(res);
+        // A slot given back to a key since dropped from a full table: nothing to do, and the
+        // key is not made again (that would drop another, perhaps with slots in flight).
+        bool create = res.policy->algo != rl::Algo::concurrency;
+        if (rl::Slot* slot = rl_store_slot(res, create)) {
             store->refund(res, slot, store_now(store, res.applied->zone, now));
         }
         res.consumed = false;

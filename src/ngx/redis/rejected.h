@@ -12,5 +12,5 @@ bool rl_rejected_check(rl_result_t& res, int64_t now) noexcept;
 void rl_rejected_remember(const rl_result_t& res, int64_t now) noexcept;
 // Units of the result's key were given back: what was remembered no longer holds.
 void rl_rejected_forget(const rl_result_t& res) noexcept;
-// The local clock the entries are kept on (us).
+// The local clock the entries are kept on (us, monotonic).
 int64_t rl_rejected_now() noexcept;
