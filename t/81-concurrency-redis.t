@@ -12,6 +12,7 @@ use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::Backend qw(start_backend read_response);
 use Test::More;
+use POSIX ();
 use Time::HiRes qw(time sleep);
 
 my $b  = start_backend();
@@ -244,7 +245,7 @@ EOF
     ($st, $x) = probe($n, '/local', 'fl');
     is($st, 429, 'Redis down, on_error local: the third rejected (shared memory enforces N)');
 
-    $fr = start_redis(port => $fport);
+    $fr = start_redis(port => $fport, args => ['--enable-debug-command', 'local']);
     my $t = $n->resumes_within(sub { '/warm?key=' . fresh_key('r') });
     ok($t < 1.5, sprintf('Redis back: decided in Redis again after %.2f s', $t));
     is($b->finish('fd', @allow), '200 200 200', 'Redis back: the requests let through complete');
@@ -260,6 +261,19 @@ EOF
     }
     my ($left, $which) = members_settle($fr);
     is($left, 0, 'Redis back: no member left once the requests ended') or diag($which);
+
+    # Redis stalls past the timeout: the request goes on (allow) without a slot; the slot Redis
+    # grants when it wakes is taken back at once, while the request still runs.
+    my $pid = fork // die;
+    if (!$pid) { $fr->cli('DEBUG', 'SLEEP', '0.6'); POSIX::_exit(0) }
+    ok($fr->wait_asleep, 'late: Redis sleeps');
+    my @late = ($b->enter($n->port, '/allow', 'late'));
+    is(held(@late), 'held', 'late: the request goes on (on_error allow)');
+    waitpid $pid, 0;
+    ($left, $which) = members_settle($fr);
+    is($left, 0, 'late: the slot Redis granted late was given back, the request still running') or diag($which);
+    is($b->finish('late', @late), '200', 'late: (done)');
+
     my @bad = grep { /\[(?:crit|alert|emerg)\]/ } split /\n/, $n->error_log;
     is(scalar @bad, 0, 'faults: no crit, alert or emerg') or diag(join "\n", @bad);
     $n->stop;
