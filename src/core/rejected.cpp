@@ -21,7 +21,7 @@ KeyHash rejection_key(const KeyHash& key, const Policy& p) {
 
 bool rejection_cacheable(const Decision& d, const Policy& p, int64_t cost) {
     return !d.allowed && cost > 0 && cost < kPart && d.remaining >= 0 && d.remaining < kPart &&
-           d.retry_after_us > 0 && d.retry_after_us != kNever && is_rate(p.algo);
+           d.retry_after_us > 0 && d.retry_after_us != kNever && is_rate(p.algo) && p.block_us == 0;
 }
 
 State remember_rejection(const Decision& d, int64_t now, int64_t cost) {

@@ -22,7 +22,8 @@ constexpr uint8_t kRejectedTag = 0x80;  // slot algo = kRejectedTag | policy alg
 KeyHash rejection_key(const KeyHash& key, const Policy& p);
 
 // Whether a decision is worth remembering: a rejection with a finite wait, of a rate (a
-// concurrency slot may free at any time).
+// concurrency slot may free at any time) without a block (Redis tells a block's rejections
+// apart: block.h).
 bool rejection_cacheable(const Decision& d, const Policy& p, int64_t cost);
 // The entry for a rejection decided at `now` (local clock).
 State remember_rejection(const Decision& d, int64_t now, int64_t cost);

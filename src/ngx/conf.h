@@ -99,6 +99,7 @@ struct rl_limit_t {
     int64_t delay;                          // delay=N, or rl::kNoDelay (nodelay, the default)
     bool nodelay;                           // written out
     int64_t max_delay_us;                   // max_delay=TIME, 0 when none
+    int64_t block_us;                       // block=TIME (overrides the zone's), 0 when none
     u_char* file;                           // where the line is, for errors found at merge
     ngx_uint_t line;
 };

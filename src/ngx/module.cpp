@@ -113,7 +113,7 @@ char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
 }
 
-// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [delay=N | nodelay] [max_delay=TIME]
+// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [delay=N | nodelay] [max_delay=TIME] [block=TIME]
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* lcf = static_cast<rl_loc_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
@@ -157,6 +157,10 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         } else if (rl_arg(a, "max_delay=", v)) {
             if (!rl::parse_duration(rl_sv(v), limit.max_delay_us)) {
                 return rl_conf_error(cf, "invalid max_delay \"%V\"", &a);
+            }
+        } else if (rl_arg(a, "block=", v)) {
+            if (!rl_parse_block(rl_sv(v), limit.block_us)) {
+                return rl_conf_error(cf, "invalid block \"%V\", it must be from 1s to 1y", &a);
             }
         } else {
             return rl_conf_error(cf, "invalid parameter \"%V\"", &a);
@@ -277,7 +281,9 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
                              &zone->name);
             return false;
         }
+        if (l.block_us > 0 && !rl_zone_check_block(cf, zone, &l)) return false;
         rl::Policy p = zone->policy;
+        if (l.block_us > 0) p.block_us = l.block_us;
         if (!zone->algo_set) p.algo = static_cast<rl::Algo>(conf->algo);
         if (l.burst_set) p.burst = l.burst;
         if (!rl::is_bucket(p.algo) && (l.burst_set || zone->burst_set)) {

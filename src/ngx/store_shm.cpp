@@ -3,6 +3,7 @@
 // under the zones' locks, taken in one order so that two requests never wait on each other.
 #include "ngx/store.h"
 
+#include "core/block.h"
 #include "core/refund.h"
 
 namespace {
@@ -35,6 +36,29 @@ void unlock_zones(ngx_slab_pool_t** locks, ngx_uint_t nlocks) {
 
 int64_t* ring_of(const rl_result_t& res, rl::Slot* slot) {
     return res.policy->algo == rl::Algo::log ? rl::slot_ring(slot) : nullptr;
+}
+
+uint8_t block_tag(const rl_result_t& res) {
+    return static_cast<uint8_t>(rl::kBlockTag | static_cast<uint8_t>(res.policy->algo));
+}
+
+// A live block of the result's key (zone locked): its decision, and true.
+bool blocked(rl_result_t& res) {
+    if (res.policy->block_us <= 0) return false;
+    rl::Slot* slot = rl::table_find(res.applied->zone->table, res.hash, block_tag(res));
+    if (slot == nullptr || !rl::block_live(slot->state.a, res.at)) return false;
+    res.decision = rl::blocked_decision(*res.policy, slot->state.a, res.at);
+    return true;
+}
+
+// A result that rejected by itself starts its key's block (zone locked). Last in the pass: the
+// block's slot may recycle one the pass still held.
+void start_block(rl_result_t& res) {
+    if (!rl::starts_block(*res.policy, res.decision)) return;
+    rl::Slot* slot = rl::table_acquire(res.applied->zone->table, res.hash, block_tag(res), nullptr);
+    slot->state = rl::State{};
+    slot->state.a = res.at + res.policy->block_us;
+    res.decision.block = rl::kBlockStarted;
 }
 
 int64_t store_now(const rl_store_t* store, const rl_zone_t* zone, int64_t local) {
@@ -93,6 +117,12 @@ bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
         const rl_store_t* store = rl_store_of(res);
         res.at = store_now(store, res.applied->zone, now);
         slots[i] = rl_store_slot(res);
+        if (slots[i] != nullptr && blocked(res)) {
+            // A live block decides, consuming nothing: the key's state is left as it is.
+            slots[i] = nullptr;
+            all_allowed = false;
+            continue;
+        }
         if (slots[i] == nullptr) {
             res.decision = rl::Decision{};
             res.decision.allowed = true;
@@ -116,6 +146,11 @@ bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
         }
         store->commit(res, slots[i]);
         res.consumed = res.cost > 0;
+    }
+    if (!all_allowed) {
+        for (ngx_uint_t i = 0; i < n; i++) {
+            if (slots[i] != nullptr) start_block(*results[i]);
+        }
     }
     unlock_zones(locks, nlocks);
     return all_allowed;

@@ -15,6 +15,7 @@ enum rl_var_e { RL_VAR_STATUS, RL_VAR_LIMIT, RL_VAR_REMAINING, RL_VAR_RESET, RL_
 ngx_str_t rl_status_names[] = {
     ngx_null_string, ngx_string("PASSED"), ngx_string("REJECTED"), ngx_string("REJECTED_DRY_RUN"),
     ngx_string("EXEMPT"), ngx_string("ERROR"), ngx_string("DELAYED"), ngx_string("DELAYED_DRY_RUN"),
+    ngx_string("BLOCKED"),
 };
 
 void set_value(ngx_http_variable_value_t* v, u_char* data, size_t len) {
