@@ -214,6 +214,11 @@ sub hit { my ($path, $count) = @_; return join ' ', map { ($nx->get($path))[0] /
     is($j->{remaining}, 5, 'the key starts afresh');
     is(hit('/red?k=r', 1), '200', 'and passes (no rejection remembered)');
 
+    my @before = sort $redis->keys_matching('t77:*');
+    ($st, $j) = api('GET', '/api/zones/red?key=unknown');
+    is($j->{remaining}, 5, 'an unknown Redis key has its whole limit');
+    is_deeply([sort $redis->keys_matching('t77:*')], \@before, 'reading an unknown key wrote nothing to Redis');
+
     $redis->kill_now;
     ($st, $j) = api('GET', '/api/zones/red?key=r');
     is($st, 503, 'Redis down: 503');
