@@ -86,6 +86,8 @@ struct rl_zone_t {
     ngx_array_t* sync_policies;  // of rl::Policy: every policy it is applied with (the engine's)
     rl_sync_shm_t* sync_shm;     // the store's area: in the zone's block, before the table
     rl_sync_zone_t* sync;        // the worker's engine state (sync/round.cpp)
+    ngx_array_t* policies;       // of rl::Policy: each distinct policy a `ratelimit` line applies it
+                                 // with (finished), in configuration order; nullptr if none (api.cpp)
 };
 
 // One `ratelimit` line as written.
@@ -128,6 +130,7 @@ struct rl_loc_conf_t {
     bool tiered;           // some applied limit is tiered: RateLimit-Policy is formatted per request
     ngx_uint_t prefix_v4;  // ratelimit_client_prefix: $ratelimit_client_prefix's lengths, in bits
     ngx_uint_t prefix_v6;  // (set together: prefix_v4 unset means the directive is not here)
+    ngx_flag_t api_write;  // ratelimit_api write=on: DELETE is allowed there (api.cpp)
 };
 
 struct rl_main_conf_t {

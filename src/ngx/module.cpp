@@ -1,5 +1,6 @@
 // Module definition: directives, configuration create/merge, phase and filter registration.
 #include "ngx/access.h"
+#include "ngx/api.h"
 #include "ngx/client_prefix.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/conf.h"
@@ -76,6 +77,8 @@ ngx_command_t rl_commands[] = {
     {ngx_string("ratelimit_client_prefix"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE12,
      rl_client_prefix_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
     {ngx_string("ratelimit_metrics"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, rl_metrics_directive, 0, 0, nullptr},
+    {ngx_string("ratelimit_api"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS | NGX_CONF_TAKE1, rl_api_directive,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
     ngx_null_command,
 };
 
@@ -312,6 +315,7 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         conf->stores |= ngx_uint_t{1} << zone->store->index;
         if (p.algo == rl::Algo::log && !rl_zone_check_log(cf, zone, p, &l)) return false;
         if (zone->sync_mode != RL_SYNC_OFF && !rl_sync_add_policy(zone, p)) return false;
+        if (!rl_api_note_policy(cf, zone, p)) return false;
     }
     return rl_build_policy_header(cf, conf);
 }
