@@ -185,3 +185,8 @@ TEST(HeaderLists, WorstCaseNamesStayWithinTheBound) {
 }
 
 }  // namespace
+
+TEST(PolicyHeader, ConcurrencyHasNoWindow) {
+    EXPECT_EQ(policy({item("conc", 10, 0, 3, 0), item("api", 100, 60, 5, 2)}), "\"conc\";q=10, \"api\";q=100;w=60");
+    EXPECT_EQ(state({item("conc", 10, 0, 3, 0)}), "\"conc\";r=3;t=0");
+}

@@ -101,6 +101,79 @@ TEST(RedisCommand, ManyChecksAndRefunds) {
     EXPECT_NE(buf.find(doubles({1700000000000002.0})), std::string::npos);
 }
 
+// A concurrency check's record carries the slot's owner in burst's place and its seq in at's,
+// both masked to what a double holds exactly.
+TEST(RedisCommand, ConcurrencyRecord) {
+    rl::Policy p = rltest::policy(rl::Algo::concurrency, 3, 30 * kSec);  // refill 1, token 10^7, depth 3
+    std::vector<rl::RedisCheck> checks(1);
+    checks[0].zone = "api";
+    checks[0].hash = rl::KeyHash{0x2, 0x1};
+    checks[0].policy = &p;
+    checks[0].cost = 1;
+    checks[0].at = 99;  // not sent: a slot is named by owner and seq
+    checks[0].owner = 281474976710655ULL;
+    checks[0].seq = (uint64_t{1} << 52) + 12;  // masked to 12
+    std::string want = std::string("*7\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
+                       "\r\n$1\r\n1\r\n"
+                       "$53\r\nrl:{api:00000000000000010000000000000002}:concurrency\r\n"
+                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$104\r\n" +
+                       doubles({1, 6, 3, 30000000, 281474976710655.0, 1, 10000000, 3, 30000000, 1, 12, -1, -1}) +
+                       "\r\n";
+    EXPECT_EQ(decide(rl::CommandScript::evalsha, true, "rl:", checks, 1700000000LL * kSec), want);
+}
+
+// Two passes of a slot writer: the measured length, nothing written past it.
+template <class Len, class Write>
+std::string two_pass(Len len_of, Write write) {
+    size_t len = len_of();
+    std::string buf(len + 8, '\xee');
+    EXPECT_EQ(write(buf.data()), len);
+    EXPECT_EQ(buf.substr(len), std::string(8, '\xee')) << "wrote past the measured length";
+    buf.resize(len);
+    return buf;
+}
+
+std::string release(std::string_view prefix, const rl::RedisCheck& c) {
+    return two_pass([&] { return rl::release_command_len(prefix, c); },
+                    [&](char* b) { return rl::write_release_command(b, prefix, c); });
+}
+
+std::string refresh(std::string_view prefix, const rl::RedisCheck& c, int64_t score) {
+    return two_pass([&] { return rl::refresh_command_len(prefix, c, score); },
+                    [&](char* b) { return rl::write_refresh_command(b, prefix, c, score); });
+}
+
+TEST(RedisCommand, ReleaseAndRefreshOfSlots) {
+    rl::Policy p = rltest::policy(rl::Algo::concurrency, 10, 30 * kSec);
+    rl::RedisCheck c;
+    c.zone = "api";
+    c.hash = rl::KeyHash{0x2, 0x1};
+    c.policy = &p;
+    c.cost = 1;
+    c.owner = 5;
+    c.seq = 17;
+    const std::string key = "$53\r\nrl:{api:00000000000000010000000000000002}:concurrency\r\n";
+    EXPECT_EQ(release("rl:", c), "*3\r\n$4\r\nZREM\r\n" + key + "$4\r\n5.17\r\n");
+    EXPECT_EQ(refresh("rl:", c, 1700000030000000LL),
+              "*5\r\n$4\r\nZADD\r\n" + key + "$2\r\nXX\r\n$16\r\n1700000030000000\r\n$4\r\n5.17\r\n"
+              "*3\r\n$7\r\nPEXPIRE\r\n" + key + "$5\r\n30001\r\n");
+
+    // A cost of n holds seq .. seq + n - 1; cost 0 is taken as 1; a hold rounds up to the ms.
+    c.cost = 3;
+    p.period_us = 1500;
+    EXPECT_EQ(release("", c), "*5\r\n$4\r\nZREM\r\n$50\r\n{api:00000000000000010000000000000002}:concurrency\r\n"
+                              "$4\r\n5.17\r\n$4\r\n5.18\r\n$4\r\n5.19\r\n");
+    std::string r = refresh("", c, 9);
+    EXPECT_EQ(r.substr(0, 4), "*9\r\n");
+    EXPECT_NE(r.find("$2\r\nXX\r\n$1\r\n9\r\n$4\r\n5.17\r\n$1\r\n9\r\n$4\r\n5.18\r\n$1\r\n9\r\n$4\r\n5.19\r\n*3\r\n"),
+              std::string::npos);
+    EXPECT_EQ(r.substr(r.size() - 7), "$1\r\n3\r\n");  // ceil(1.5 ms) + 1
+    c.cost = 0;
+    EXPECT_EQ(release("", c).substr(0, 4), "*3\r\n");
+    c.cost = int64_t{1} << 40;  // bounded: at most kMaxConcurrency slots
+    EXPECT_EQ(release("", c).substr(0, 10), "*1000002\r\n");
+}
+
 // The RESP of a batch through the two-pass API; checks the passes agree and stay in bounds.
 std::string batch(rl::CommandScript script, bool injected, std::string_view prefix,
                   const std::vector<rl::RedisGroup>& groups, int64_t now) {

@@ -21,6 +21,7 @@
 
 #include "algo_test_util.h"
 #include "packed_doubles.h"
+#include "core/concurrency.h"
 #include "core/exact_math.h"
 #include "core/redis_command.h"
 #include "core/redis_keys.h"
@@ -253,9 +254,12 @@ class RedisLua : public ::testing::Test {
         return checks;
     }
 
-    // Queues the read of a key's state: LRANGE of the log's list, GET of the others' 24 bytes.
+    // Queues the read of a key's state: LRANGE of the log's list, ZRANGE of a concurrency key's
+    // slots (with their scores), GET of the others' 24 bytes.
     static void append_state_read(redisContext* c, const Limit& l) {
-        if (l.is_log()) {
+        if (l.key.p.algo == rl::Algo::concurrency) {
+            rltest::append(c, {"ZRANGE", l.redis_key, "0", "-1", "WITHSCORES"});
+        } else if (l.is_log()) {
             rltest::append(c, {"LRANGE", l.redis_key, "0", "-1"});
         } else {
             rltest::append(c, {"GET", l.redis_key});
@@ -1132,3 +1136,485 @@ TEST(RedisScript, ScriptAndLibraryShareTheirLua) {
 }
 
 }  // namespace
+
+// ---- concurrency (issue 19): slots in a sorted set -------------------------------------------
+//
+// The C++ core holds a concurrency key as a State (a = slots taken); the test models its sorted
+// set (member -> expiry) beside it, drops what expired from both, and compares after every call
+// the decisions, the live members with their scores, the rate states and the TTLs.
+
+namespace {
+
+std::string member(uint64_t owner, uint64_t seq) {
+    std::string m(rl::concurrency_member_len(owner, seq), '?');
+    m.resize(rl::concurrency_member(m.data(), owner, seq));
+    return m;
+}
+
+int64_t hold_ttl_ms(const rl::Policy& p) { return rl::ceil_div(p.period_us, 1000) + 1; }
+
+struct SlotCounts {
+    int64_t admitted = 0, full = 0, never = 0, rate_rejected_with_slot_free = 0, expired = 0;
+    int64_t releases = 0, releases_of_nothing = 0, mixed = 0;
+};
+
+}  // namespace
+
+class RedisSlots : public RedisLua, public ::testing::WithParamInterface<rl::CommandScript> {
+  protected:
+    void SetUp() override {
+        script_ = GetParam();
+        RedisLua::SetUp();
+    }
+
+    static bool is_slots(const Limit& l) { return l.key.p.algo == rl::Algo::concurrency; }
+
+    // The model drops l's slots that expired by now (score <= now), and the C++ state as many.
+    void expire(Limit& l, int64_t now) {
+        auto& z = zsets_[&l];
+        int64_t n = 0;
+        for (auto it = z.begin(); it != z.end();) {
+            if (it->second <= now) {
+                it = z.erase(it);
+                n++;
+            } else {
+                ++it;
+            }
+        }
+        if (n > 0) rl::refund(l.key.s, l.key.ring.data(), l.key.p, now, 0, n);
+        sc_.expired += n;
+    }
+
+    // One call on both sides: the acquire (decide) of a request's checks, or the release (refund)
+    // of its slots (its concurrency checks). *admitted: whether the C++ admitted it.
+    void slot_call(const std::vector<Limit*>& lims, const std::vector<int64_t>& costs, bool release, uint64_t owner,
+                   uint64_t seq, int64_t now, const std::string& where, bool* admitted = nullptr) {
+        const size_t n = lims.size();
+        std::vector<rl::State> before(n);
+        std::vector<std::vector<int64_t>> live_before(n);
+        for (size_t i = 0; i < n; i++) {
+            if (is_slots(*lims[i])) expire(*lims[i], now);
+            before[i] = lims[i]->key.s;
+            live_before[i] = lims[i]->live();
+        }
+        std::vector<rl::Decision> want(n);
+        bool all = true;
+        if (release) {
+            for (size_t i = 0; i < n; i++) {
+                Key& k = lims[i]->key;
+                auto& z = zsets_[lims[i]];
+                int64_t held = 0;  // what it still holds: its expired slots were dropped already
+                for (int64_t j = 0; j < costs[i]; j++) held += z.erase(member(owner, seq + static_cast<uint64_t>(j)));
+                if (held > 0) rl::refund(k.s, k.ring.data(), k.p, now, 0, held);
+                sc_.releases_of_nothing += held == 0;
+                want[i] = rl::decide(k.s, k.p, now, 0, k.ring.data());
+                all = all && want[i].allowed;
+            }
+            sc_.releases++;
+        } else {
+            all = reference_decide_all(lims, costs, now, want);
+            for (size_t i = 0; i < n; i++) {
+                if (!is_slots(*lims[i])) continue;
+                if (all && costs[i] > 0) {
+                    for (int64_t j = 0; j < costs[i]; j++) {
+                        zsets_[lims[i]][member(owner, seq + static_cast<uint64_t>(j))] = now + lims[i]->key.p.period_us;
+                    }
+                }
+                if (!want[i].allowed) (want[i].retry_after_us == rl::kNever ? sc_.never : sc_.full)++;
+                if (!all && want[i].allowed) sc_.rate_rejected_with_slot_free++;
+            }
+            sc_.admitted += all;
+        }
+        if (admitted != nullptr) *admitted = all;
+        for (Limit* l : lims) {
+            if (is_slots(*l)) {
+                EXPECT_EQ(l->key.s.a, static_cast<int64_t>(zsets_[l].size())) << where << ": the model";
+            }
+        }
+
+        std::vector<rl::RedisCheck> checks = checks_of(lims, costs, release ? std::vector<int64_t>(n, 0) : std::vector<int64_t>{});
+        for (rl::RedisCheck& c : checks) {
+            c.owner = owner;
+            c.seq = seq;
+        }
+        Observed obs;
+        observe_call(build(release, script_, true, now, checks), lims, where, &obs);
+        if (HasFatalFailure()) return;
+        std::vector<rl::Decision> got(n);
+        EXPECT_TRUE(rl::decode_decide_reply(obs.values.data(), obs.values.size(), n, got.data(), nullptr)) << where;
+        EXPECT_EQ(obs.values[0], all ? 1 : 0) << where;
+        const redisReply* exec = obs.exec.get();
+        for (size_t i = 0; i < n; i++) {
+            Limit& l = *lims[i];
+            const std::string at = where + " check " + std::to_string(i) + " (" + std::string(rl::algo_name(l.key.p.algo)) +
+                                   " " + std::to_string(l.key.p.requests) + "/" + std::to_string(l.key.p.period_us) +
+                                   "us) cost " + std::to_string(costs[i]) + " now " + std::to_string(now) +
+                                   (release ? " release" : "");
+            EXPECT_EQ(got[i].allowed, want[i].allowed) << at;
+            EXPECT_EQ(got[i].remaining, want[i].remaining) << at;
+            EXPECT_EQ(got[i].reset_us, want[i].reset_us) << at;
+            EXPECT_EQ(got[i].retry_after_us, want[i].retry_after_us) << at;
+            EXPECT_EQ(got[i].delay_us, want[i].delay_us) << at;
+            const redisReply* exp = exec->element[1 + 3 * i];
+            const redisReply* state = exec->element[3 + 3 * i];
+            if (!is_slots(l)) {
+                bool written = l.is_log() ? l.live() != live_before[i] : !(l.key.s == before[i]);
+                if (!release && !all) written = false;
+                compare_key(l, exp, state, written, want[i].reset_us, obs.t0_ms, obs.t1_ms, at);
+                if (HasFatalFailure()) return;
+                continue;
+            }
+            // The live members and their scores; an admission also dropped the expired ones.
+            ASSERT_EQ(state->type, REDIS_REPLY_ARRAY) << at;
+            std::map<std::string, int64_t> stored, live;
+            for (size_t j = 0; j + 1 < state->elements; j += 2) {
+                int64_t score = std::atoll(state->element[j + 1]->str);
+                stored[state->element[j]->str] = score;
+                if (score > now) live[state->element[j]->str] = score;
+            }
+            EXPECT_EQ(live, zsets_[&l]) << at;
+            const bool added = !release && all && costs[i] > 0;
+            if (added) {
+                EXPECT_EQ(stored, live) << at << ": expired slots left after an admission";
+            }
+            // The TTL: the hold, set on admission only (the test's PERSIST clears it after each call).
+            ASSERT_EQ(exp->type, REDIS_REPLY_INTEGER) << at;
+            if (added) {
+                EXPECT_GE(hold_ttl_ms(l.key.p), exp->integer - obs.t1_ms) << at;
+                EXPECT_LE(hold_ttl_ms(l.key.p), exp->integer - obs.t0_ms) << at;
+            } else {
+                EXPECT_LT(exp->integer, 0) << at << ": a TTL set without an admission";
+            }
+        }
+    }
+
+    // One decide (or refund) call of single checks through the injected-time Lua: its decisions.
+    std::vector<rl::Decision> call(const std::vector<Limit*>& lims, const std::vector<int64_t>& costs, bool refund,
+                                   uint64_t owner, uint64_t seq, int64_t now) {
+        std::vector<rl::RedisCheck> checks =
+            checks_of(lims, costs, refund ? std::vector<int64_t>(lims.size(), 0) : std::vector<int64_t>{});
+        for (rl::RedisCheck& c : checks) {
+            c.owner = owner;
+            c.seq = seq;
+        }
+        Reply r = send(build(refund, script_, true, now, checks));
+        std::vector<rl::Decision> out(lims.size());
+        EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+        if (!r || r->type != REDIS_REPLY_ARRAY) return out;
+        std::vector<int64_t> values;
+        for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
+        EXPECT_TRUE(rl::decode_decide_reply(values.data(), values.size(), lims.size(), out.data(), nullptr));
+        return out;
+    }
+
+    // The key's members and scores.
+    std::map<std::string, int64_t> zset(const Limit& l) {
+        Reply r = rltest::command(conn_.get(), {"ZRANGE", l.redis_key, "0", "-1", "WITHSCORES"});
+        std::map<std::string, int64_t> out;
+        EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY);
+        for (size_t j = 0; r && j + 1 < r->elements; j += 2) out[r->element[j]->str] = std::atoll(r->element[j + 1]->str);
+        return out;
+    }
+
+    // The release or refresh writer's commands, sent raw; their integer replies.
+    std::vector<long long> send_slots(bool refresh, const Limit& l, uint64_t owner, uint64_t seq, int64_t cost,
+                                      int64_t score = 0) {
+        rl::RedisCheck c;
+        c.zone = l.zone;
+        c.hash = l.hash;
+        c.policy = &l.key.p;
+        c.cost = cost;
+        c.owner = owner;
+        c.seq = seq;
+        size_t len = refresh ? rl::refresh_command_len(kPrefix, c, score) : rl::release_command_len(kPrefix, c);
+        std::string cmd(len, '\0');
+        EXPECT_EQ(refresh ? rl::write_refresh_command(cmd.data(), kPrefix, c, score)
+                          : rl::write_release_command(cmd.data(), kPrefix, c),
+                  len);
+        redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
+        std::vector<long long> out;
+        for (int i = 0; i < (refresh ? 2 : 1); i++) {
+            Reply r = rltest::next_reply(conn_.get());
+            EXPECT_TRUE(r && r->type == REDIS_REPLY_INTEGER) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+            out.push_back(r && r->type == REDIS_REPLY_INTEGER ? r->integer : -99);
+        }
+        return out;
+    }
+
+    std::map<const Limit*, std::map<std::string, int64_t>> zsets_;
+    SlotCounts sc_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Lua, RedisSlots, ::testing::Values(rl::CommandScript::fcall, rl::CommandScript::evalsha),
+                         [](const ::testing::TestParamInfo<rl::CommandScript>& p) {
+                             return std::string(p.param == rl::CommandScript::fcall ? "fcall" : "evalsha");
+                         });
+
+// Random timelines of requests that take slots of one or two concurrency keys, with or without
+// rate checks in the same group, and give them back (refund) later, some twice, some never (they
+// expire): against the C++ core and the model of the sorted sets.
+TEST_P(RedisSlots, AcquireReleaseTimelines) {
+    std::mt19937_64 rng(19);
+    const int64_t kHolds[] = {30 * kSec, 60 * kSec, 3600 * kSec};
+    const int64_t kN[] = {1, 2, 3, 5};
+    const rl::Algo kRates[] = {rl::Algo::gcra, rl::Algo::token, rl::Algo::leaky, rl::Algo::fixed, rl::Algo::sliding,
+                               rl::Algo::log};
+    constexpr int kRounds = 60, kEvents = 120;
+    uint64_t seq = 1;
+    for (int round = 0; round < kRounds; round++) {
+        zsets_.clear();  // keyed by address: the last round's keys are gone
+        std::vector<std::unique_ptr<Limit>> conc, rates;
+        for (size_t i = 0, m = 1 + rng() % 2; i < m; i++) {
+            conc.push_back(std::make_unique<Limit>(rltest::policy(rl::Algo::concurrency, kN[rng() % 4], kHolds[rng() % 3]),
+                                                   "c" + std::to_string(round) + "_" + std::to_string(i), random_hash(rng)));
+        }
+        for (size_t i = 0, m = rng() % 3; i < m; i++) {
+            rl::Algo a = kRates[rng() % 6];
+            rates.push_back(std::make_unique<Limit>(make_policy(a, 1 + static_cast<int64_t>(rng() % 6), 60 * kSec, rng() % 3),
+                                                    "r" + std::to_string(round) + "_" + std::to_string(i), random_hash(rng)));
+        }
+        struct Request {
+            uint64_t owner, seq;
+            std::vector<Limit*> lims;
+            std::vector<int64_t> costs;
+        };
+        std::vector<Request> running, done;
+        int64_t t = 1700000000LL * kSec + static_cast<int64_t>(rng() % (1000 * kSec));
+        const int64_t hold = conc[0]->key.p.period_us;
+        for (int e = 0; e < kEvents; e++) {
+            switch (rng() % 10) {
+                case 0: case 1: case 2: break;
+                case 3: t += hold - 1 + static_cast<int64_t>(rng() % 3); break;  // about an expiry
+                case 4: t += static_cast<int64_t>(rng() % static_cast<uint64_t>(hold)); break;
+                default: t += static_cast<int64_t>(rng() % static_cast<uint64_t>(hold / 20)); break;
+            }
+            const std::string where = "round " + std::to_string(round) + " event " + std::to_string(e);
+            const uint64_t what = rng() % 10;
+            if (what < 4 && !running.empty()) {
+                size_t k = rng() % running.size();
+                Request r = running[k];
+                running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+                slot_call(r.lims, r.costs, true, r.owner, r.seq, t, where);
+                done.push_back(r);
+            } else if (what == 4 && !done.empty()) {
+                const Request& r = done[rng() % done.size()];  // released already: a no-op
+                slot_call(r.lims, r.costs, true, r.owner, r.seq, t, where);
+            } else {
+                Request r{1 + rng() % 3, seq, {}, {}};
+                std::vector<Limit*> lims;
+                std::vector<int64_t> costs;
+                for (auto& c : conc) {
+                    if (lims.empty() || rng() % 2 == 0) {
+                        int64_t cost = 1;
+                        if (rng() % 10 == 0) cost = static_cast<int64_t>(rng() % static_cast<uint64_t>(c->key.p.requests + 2));
+                        lims.push_back(c.get());
+                        costs.push_back(cost);
+                    }
+                }
+                size_t nslots = lims.size();
+                for (auto& l : rates) {
+                    if (rng() % 3 != 0) {
+                        lims.push_back(l.get());
+                        costs.push_back(random_cost(rng, l->key.p));
+                    }
+                }
+                for (size_t i = lims.size(); i > 1; i--) {  // any order: a rate check may come first
+                    size_t j = rng() % i;
+                    std::swap(lims[i - 1], lims[j]);
+                    std::swap(costs[i - 1], costs[j]);
+                }
+                seq += 1000;
+                bool admitted = false;
+                slot_call(lims, costs, false, r.owner, r.seq, t, where, &admitted);
+                if (admitted) {
+                    for (size_t i = 0; i < lims.size(); i++) {
+                        if (is_slots(*lims[i]) && costs[i] > 0) {
+                            r.lims.push_back(lims[i]);
+                            r.costs.push_back(costs[i]);
+                        }
+                    }
+                    if (!r.lims.empty()) running.push_back(r);
+                }
+                sc_.mixed += lims.size() > nslots;
+            }
+            if (HasFailure()) return;
+        }
+    }
+    std::printf("concurrency timelines (%s): %lld admitted, %lld full, %lld never, %lld rate rejections with a slot "
+                "free, %lld slots expired, %lld releases (%lld of nothing), %lld mixed acquires\n",
+                script_ == rl::CommandScript::fcall ? "FCALL" : "EVALSHA", (long long)sc_.admitted, (long long)sc_.full,
+                (long long)sc_.never, (long long)sc_.rate_rejected_with_slot_free, (long long)sc_.expired,
+                (long long)sc_.releases, (long long)sc_.releases_of_nothing, (long long)sc_.mixed);
+    EXPECT_GT(sc_.admitted, 1000);
+    EXPECT_GT(sc_.full, 300);
+    EXPECT_GT(sc_.never, 10);
+    EXPECT_GT(sc_.rate_rejected_with_slot_free, 100);
+    EXPECT_GT(sc_.expired, 100);
+    EXPECT_GT(sc_.releases, 1000);
+    EXPECT_GT(sc_.releases_of_nothing, 100);
+    EXPECT_GT(sc_.mixed, 1000);
+}
+
+// A slot counts until its hold has passed: at now + hold (score <= now) it no longer does, and
+// the next admission drops it. The key expires with the hold.
+TEST_P(RedisSlots, ExpiryAfterTheHold) {
+    Limit l(rltest::policy(rl::Algo::concurrency, 2, 30 * kSec), "exp", rl::KeyHash{1, 2});
+    const int64_t t = 1700000000LL * kSec, hold = 30 * kSec;
+    ASSERT_TRUE(call({&l}, {1}, false, 7, 100, t)[0].allowed);
+    rl::Decision d = call({&l}, {1}, false, 7, 101, t + 10)[0];
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 0);
+    EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"7.100", t + hold}, {"7.101", t + 10 + hold}}));
+    Reply ttl = rltest::command(conn_.get(), {"PTTL", l.redis_key});
+    EXPECT_GT(ttl->integer, 29000);
+    EXPECT_LE(ttl->integer, 30001);
+
+    d = call({&l}, {1}, false, 8, 1, t + hold - 1)[0];  // both still count: full
+    EXPECT_FALSE(d.allowed);
+    EXPECT_EQ(d.retry_after_us, rl::kConcurrencyRetryUs);
+    EXPECT_EQ(d.remaining, 0);
+    EXPECT_EQ(d.reset_us, 0);
+    d = call({&l}, {0}, false, 8, 2, t + hold)[0];  // the first expired: a report sees one slot free
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 1);
+    EXPECT_EQ(zset(l).size(), 2u) << "a report writes nothing";
+    d = call({&l}, {1}, false, 8, 3, t + hold)[0];
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 0);
+    EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"7.101", t + 10 + hold}, {"8.3", t + 2 * hold}}));
+    d = call({&l}, {3}, false, 8, 4, t + 5 * hold)[0];  // more than N: never
+    EXPECT_FALSE(d.allowed);
+    EXPECT_EQ(d.retry_after_us, rl::kNever);
+    EXPECT_EQ(d.remaining, 2);
+}
+
+// A refresh (ZADD XX + PEXPIRE) keeps a slot past its first hold; it revives nothing.
+TEST_P(RedisSlots, RefreshKeepsASlot) {
+    Limit l(rltest::policy(rl::Algo::concurrency, 1, 30 * kSec), "ref", rl::KeyHash{3, 4});
+    const int64_t t = 1700000000LL * kSec, hold = 30 * kSec;
+    ASSERT_TRUE(call({&l}, {1}, false, 5, 9, t)[0].allowed);
+    rltest::command(conn_.get(), {"PEXPIRE", l.redis_key, "500000"});  // to see the refresh's TTL
+    EXPECT_EQ(send_slots(true, l, 5, 9, 1, t + hold / 3 + hold), (std::vector<long long>{0, 1}));
+    EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"5.9", t + hold / 3 + hold}}));
+    Reply ttl = rltest::command(conn_.get(), {"PTTL", l.redis_key});
+    EXPECT_GT(ttl->integer, 29000);
+    EXPECT_LE(ttl->integer, 30001);
+    EXPECT_FALSE(call({&l}, {1}, false, 6, 1, t + hold + 1)[0].allowed) << "refreshed: still held";
+    EXPECT_TRUE(call({&l}, {1}, false, 6, 2, t + hold / 3 + hold)[0].allowed) << "expired at its new score";
+
+    // Another member: XX adds nothing that is not there (a slot already expired or released).
+    EXPECT_EQ(send_slots(true, l, 5, 10, 1, t + 10 * hold), (std::vector<long long>{0, 1}));
+    EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"6.2", t + hold / 3 + 2 * hold}}));
+    rltest::command(conn_.get(), {"DEL", l.redis_key});
+    EXPECT_EQ(send_slots(true, l, 6, 2, 1, t + 10 * hold), (std::vector<long long>{0, 0}));
+    EXPECT_EQ(rltest::command(conn_.get(), {"EXISTS", l.redis_key})->integer, 0);
+}
+
+// The release (ZREM) removes exactly its request's slots; then another request is admitted.
+TEST_P(RedisSlots, ReleaseRemovesThatSlot) {
+    Limit l(rltest::policy(rl::Algo::concurrency, 3, 60 * kSec), "rel", rl::KeyHash{5, 6});
+    const int64_t t = 1700000000LL * kSec;
+    ASSERT_TRUE(call({&l}, {1}, false, 1, 10, t)[0].allowed);
+    ASSERT_TRUE(call({&l}, {2}, false, 2, 10, t)[0].allowed);  // 2.10 and 2.11
+    EXPECT_FALSE(call({&l}, {1}, false, 3, 10, t)[0].allowed);
+    EXPECT_EQ(send_slots(false, l, 2, 10, 2), (std::vector<long long>{2}));
+    EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"1.10", t + 60 * kSec}}));
+    EXPECT_EQ(send_slots(false, l, 2, 10, 2), (std::vector<long long>{0}));  // twice: nothing
+    rl::Decision d = call({&l}, {1}, false, 3, 10, t + 1)[0];
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 1);
+    // The refund mode gives back the same way, and reports as a cost-0 check.
+    d = call({&l}, {1}, true, 1, 10, t + 2)[0];
+    EXPECT_TRUE(d.allowed);
+    EXPECT_EQ(d.remaining, 2);
+    EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"3.10", t + 1 + 60 * kSec}}));
+}
+
+// In a batch each group sees the slots the earlier ones took; a group rejected by a rate check
+// takes no slot, one rejected for want of a slot consumes no rate.
+TEST_P(RedisSlots, BatchGroupsInOrder) {
+    Limit c(rltest::policy(rl::Algo::concurrency, 2, 60 * kSec), "bc", rl::KeyHash{7, 8});
+    Limit once(rltest::policy(rl::Algo::fixed, 1, 3600 * kSec), "bo", rl::KeyHash{9, 10});
+    Limit many(rltest::policy(rl::Algo::fixed, 100, 3600 * kSec), "bm", rl::KeyHash{11, 12});
+    const int64_t t = 1700000000LL * kSec;  // a multiple of the hour: the window starts here
+    std::vector<std::vector<rl::RedisCheck>> checks = {
+        checks_of({&c, &once}, {1, 1}, {}),  // admitted: slot 1.1, `once` used up
+        checks_of({&c, &once}, {1, 1}, {}),  // `once` rejects: no slot
+        checks_of({&many, &c}, {1, 1}, {}),  // admitted: slot 1.3
+        checks_of({&many, &c}, {1, 1}, {}),  // full: `many` not consumed
+        checks_of({&c}, {0}, {}),            // a report: full
+    };
+    for (size_t g = 0; g < checks.size(); g++) {
+        for (rl::RedisCheck& k : checks[g]) {
+            k.owner = 1;
+            k.seq = g + 1;
+        }
+    }
+    std::vector<rl::RedisGroup> groups;
+    for (auto& g : checks) groups.push_back({g.data(), g.size()});
+    std::string cmd(rl::batch_command_len(script_, true, kPrefix, groups.data(), groups.size(), t), '\0');
+    rl::write_batch_command(cmd.data(), script_, true, kPrefix, groups.data(), groups.size(), t);
+    Reply r = send(cmd);
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    std::vector<int64_t> values;
+    for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
+    rl::Decision d[9];
+    bool admitted[5];
+    ASSERT_TRUE(rl::decode_batch_reply(values.data(), values.size(), groups.data(), groups.size(), d, admitted, nullptr));
+    EXPECT_EQ(std::vector<bool>(admitted, admitted + 5), (std::vector<bool>{true, false, true, false, true}));
+    EXPECT_EQ(d[0].remaining, 1);
+    EXPECT_TRUE(d[2].allowed);  // group 2: the slot was free, `once` was not
+    EXPECT_EQ(d[2].remaining, 1);
+    EXPECT_FALSE(d[3].allowed);
+    EXPECT_EQ(d[5].remaining, 0);  // group 3's slot: the last
+    EXPECT_TRUE(d[6].allowed);     // group 4: `many` allowed, reports what it has
+    EXPECT_EQ(d[6].remaining, 99);
+    EXPECT_FALSE(d[7].allowed);
+    EXPECT_EQ(d[7].retry_after_us, rl::kConcurrencyRetryUs);
+    EXPECT_TRUE(d[8].allowed);
+    EXPECT_EQ(d[8].remaining, 0);
+    EXPECT_EQ(zset(c), (std::map<std::string, int64_t>{{"1.1", t + 60 * kSec}, {"1.3", t + 60 * kSec}}));
+    rl::State s;
+    ASSERT_TRUE(stored_state(rltest::command(conn_.get(), {"GET", many.redis_key}).get(), s));
+    EXPECT_EQ(s.b, 1);
+}
+
+// A batch whose second group has a bad check takes no slot in its first.
+TEST_P(RedisSlots, BadBatchTakesNoSlot) {
+    Limit c(rltest::policy(rl::Algo::concurrency, 2, 60 * kSec), "bad", rl::KeyHash{1, 1});
+    std::vector<rl::RedisCheck> one = checks_of({&c}, {1}, {});
+    rl::Policy wrong = rltest::policy(rl::Algo::concurrency, 2, 60 * kSec);
+    wrong.requests = rl::kMaxConcurrency + 1;  // beyond what the Lua takes
+    std::vector<rl::RedisCheck> two = one;
+    two[0].policy = &wrong;
+    std::vector<rl::RedisGroup> groups = {{one.data(), 1}, {two.data(), 1}};
+    const int64_t t = 1700000000LL * kSec;
+    std::string cmd(rl::batch_command_len(script_, true, kPrefix, groups.data(), 2, t), '\0');
+    rl::write_batch_command(cmd.data(), script_, true, kPrefix, groups.data(), 2, t);
+    Reply r = send(cmd);
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ERROR);
+    EXPECT_EQ(std::string(r->str), "ERR ratelimit script: bad check 2");
+    EXPECT_EQ(rltest::command(conn_.get(), {"EXISTS", c.redis_key})->integer, 0);
+}
+
+// Production: the slot's score is Redis's clock plus the hold.
+TEST_P(RedisSlots, ProductionScoreIsRedisTimePlusHold) {
+    Limit l(rltest::policy(rl::Algo::concurrency, 4, 5 * kSec), "prod", rl::KeyHash{2, 2});
+    std::vector<rl::RedisCheck> checks = checks_of({&l}, {1}, {});
+    checks[0].owner = 281474976710655ULL;
+    checks[0].seq = 4503599627370495ULL;
+    redisContext* c = conn_.get();
+    rltest::append(c, {"TIME"});
+    std::string cmd = build(false, script_, false, 0, checks);
+    redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+    rltest::append(c, {"TIME"});
+    Reply t0 = rltest::next_reply(c), r = rltest::next_reply(c), t1 = rltest::next_reply(c);
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    EXPECT_EQ(r->element[0]->integer, 1);
+    std::map<std::string, int64_t> z = zset(l);
+    ASSERT_EQ(z.size(), 1u);
+    EXPECT_EQ(z.begin()->first, "281474976710655.4503599627370495");
+    EXPECT_EQ(z.begin()->second, r->element[1]->integer + 5 * kSec);
+    EXPECT_GE(z.begin()->second, rltest::time_us(t0.get()) + 5 * kSec);
+    EXPECT_LE(z.begin()->second, rltest::time_us(t1.get()) + 5 * kSec);
+}

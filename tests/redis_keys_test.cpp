@@ -19,7 +19,7 @@ std::string key_of(std::string_view prefix, std::string_view zone, rl::KeyHash h
 }
 
 const rl::Algo kAll[] = {rl::Algo::gcra, rl::Algo::token, rl::Algo::leaky,
-                         rl::Algo::fixed, rl::Algo::sliding, rl::Algo::log};
+                         rl::Algo::fixed, rl::Algo::sliding, rl::Algo::log, rl::Algo::concurrency};
 
 TEST(RedisKey, Layout) {
     rl::KeyHash h;
@@ -30,7 +30,26 @@ TEST(RedisKey, Layout) {
     for (rl::Algo a : kAll) {
         EXPECT_LE(rl::redis_key_len("p:", "zone", a), rl::redis_key_max_len("p:", "zone"));
     }
-    EXPECT_EQ(rl::redis_key_len("p:", "zone", rl::Algo::sliding), rl::redis_key_max_len("p:", "zone"));
+    EXPECT_EQ(rl::redis_key_len("p:", "zone", rl::Algo::concurrency), rl::redis_key_max_len("p:", "zone"));
+    EXPECT_EQ(key_of("", "c", rl::KeyHash{}, rl::Algo::concurrency), "{c:00000000000000000000000000000000}:concurrency");
+}
+
+std::string member_of(uint64_t owner, uint64_t seq, uint64_t i = 0) {
+    std::string m(rl::concurrency_member_len(owner, seq, i), '?');
+    EXPECT_EQ(rl::concurrency_member(m.data(), owner, seq, i), m.size());
+    EXPECT_LE(m.size(), rl::kMemberMaxLen);
+    return m;
+}
+
+// "<owner>.<seq + i>" in decimal, owner and seq masked to what the Lua's doubles hold exactly.
+TEST(ConcurrencyMember, Decimal) {
+    EXPECT_EQ(member_of(0, 0), "0.0");
+    EXPECT_EQ(member_of(123456789, 42), "123456789.42");
+    EXPECT_EQ(member_of(7, 41, 1), "7.42");
+    EXPECT_EQ(member_of(rl::kOwnerMask, rl::kSeqMask), "281474976710655.4503599627370495");
+    EXPECT_EQ(member_of(rl::kOwnerMask, rl::kSeqMask, 3), "281474976710655.4503599627370498");
+    EXPECT_EQ(member_of(rl::kOwnerMask + 2, rl::kSeqMask + 6), "1.5");
+    EXPECT_EQ(rl::concurrency_member_len(~uint64_t{0}, ~uint64_t{0}, 1000000), rl::kMemberMaxLen);
 }
 
 // Every algorithm's state for one key lives in one slot; keys of a zone spread over slots.

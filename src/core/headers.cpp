@@ -41,6 +41,7 @@ size_t format_items(char* buf, const HeaderItem* items, size_t n, const char* k1
         p += write_sf_string(p, items[i].name);
         p += write_lit(p, k1);
         p += write_int(p, items[i].*v1);
+        if (v2 == &HeaderItem::window_s && items[i].window_s == 0) continue;  // no window: a concurrency limit
         p += write_lit(p, k2);
         p += write_int(p, items[i].*v2);
     }

@@ -11,7 +11,7 @@ namespace rl {
 struct HeaderItem {
     std::string_view name;  // policy name (the zone's name), emitted as an sf-string
     int64_t quota = 0;      // q
-    int64_t window_s = 0;   // w, seconds
+    int64_t window_s = 0;   // w, seconds; 0: none (a concurrency limit), w= left out
     int64_t remaining = 0;  // r
     int64_t reset_s = 0;    // t, seconds
 };

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 
+#include "concurrency.h"
 #include "redis_keys.h"
 #include "redis_script.h"
 #include "resp_writer.h"
@@ -55,16 +56,17 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
         for (size_t i = 0; i < groups[g].n; i++) {
             const RedisCheck& c = groups[g].checks[i];
             const Policy& p = *c.policy;
+            const bool slots = p.algo == Algo::concurrency;  // no burst, no at: owner and seq instead
             r.le_double(static_cast<int64_t>(p.algo));
             r.le_double(p.requests);
             r.le_double(p.period_us);
-            r.le_double(p.burst);
+            r.le_double(slots ? static_cast<int64_t>(c.owner & kOwnerMask) : p.burst);
             r.le_double(p.refill);
             r.le_double(p.token);
             r.le_double(p.depth);
             r.le_double(p.weight_scale);
             r.le_double(clamp_cost(c.cost));
-            r.le_double(c.at);
+            r.le_double(slots ? static_cast<int64_t>(c.seq & kSeqMask) : c.at);
             r.le_double(p.delay_level);
             r.le_double(p.max_delay_units);
         }
@@ -73,7 +75,63 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
     return r.size();
 }
 
+// The slots of a check held in Redis (redis_command.h).
+int64_t slot_count(const RedisCheck& c) {
+    return c.cost < 1 ? 1 : (c.cost > kMaxConcurrency ? kMaxConcurrency : c.cost);
+}
+
+void bulk_member(Resp& r, const RedisCheck& c, int64_t i) {
+    const auto slot = static_cast<uint64_t>(i);
+    r.bulk_written(concurrency_member_len(c.owner, c.seq, slot),
+                   [&](char* at) { concurrency_member(at, c.owner, c.seq, slot); });
+}
+
+size_t release_command(char* buf, std::string_view prefix, const RedisCheck& c) {
+    const int64_t n = slot_count(c);
+    Resp r(buf);
+    r.array(2 + static_cast<size_t>(n));
+    r.bulk("ZREM");
+    r.bulk_key(prefix, c.zone, c.hash, Algo::concurrency);
+    for (int64_t i = 0; i < n; i++) bulk_member(r, c, i);
+    return r.size();
+}
+
+size_t refresh_command(char* buf, std::string_view prefix, const RedisCheck& c, int64_t score_us) {
+    const int64_t n = slot_count(c);
+    Resp r(buf);
+    r.array(3 + 2 * static_cast<size_t>(n));
+    r.bulk("ZADD");
+    r.bulk_key(prefix, c.zone, c.hash, Algo::concurrency);
+    r.bulk("XX");
+    for (int64_t i = 0; i < n; i++) {
+        r.bulk_int(score_us);
+        bulk_member(r, c, i);
+    }
+    r.array(3);
+    r.bulk("PEXPIRE");
+    r.bulk_key(prefix, c.zone, c.hash, Algo::concurrency);
+    const int64_t hold = c.policy != nullptr ? c.policy->period_us : 0;
+    r.bulk_int((hold + 999) / 1000 + 1);  // the Lua's ttl_ms
+    return r.size();
+}
+
 }  // namespace
+
+size_t release_command_len(std::string_view prefix, const RedisCheck& c) noexcept {
+    return release_command(nullptr, prefix, c);
+}
+
+size_t write_release_command(char* buf, std::string_view prefix, const RedisCheck& c) noexcept {
+    return release_command(buf, prefix, c);
+}
+
+size_t refresh_command_len(std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept {
+    return refresh_command(nullptr, prefix, c, score_us);
+}
+
+size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept {
+    return refresh_command(buf, prefix, c, score_us);
+}
 
 size_t batch_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisGroup* groups,
                          size_t ngroups, int64_t now_us) noexcept {

@@ -13,7 +13,9 @@
 //   ARGV[3]  = the checks, binary: little-endian IEEE-754 doubles (every value an integer below
 //              2^52, so exact); per group its number of checks n, then n records of 12 (96 bytes)
 //              in KEYS order: algo (rl::Algo's value), requests, period_us, burst, refill, token,
-//              depth, weight_scale, cost, at, delay_level, max_delay_units (-1: none)
+//              depth, weight_scale, cost, at, delay_level, max_delay_units (-1: none);
+//              for algo 6 (concurrency), which has no burst and no `at`: burst = owner, at = seq
+//              (RedisCheck; masked to 48 and 52 bits)
 //   (binary because one struct.unpack per check is far cheaper in Lua than twelve tonumber()s;
 //   the derived integers come from finish_policy: the script never recomputes a gcd)
 //
@@ -42,6 +44,15 @@
 // is a list of decimal timestamps. A hash {a, b, c} left by an earlier
 // version is still read, and replaced at the key's next change.
 //
+// Concurrency (algo 6; policy: requests = N, period_us = hold): a sorted set, one member per
+// slot taken, concurrency_member(owner, seq + i) for slot i of a check of cost n (0 <= i < n:
+// the caller's seq advances by the cost), scored by its expiry on Redis's clock (now + hold, us).
+// decide counts the members of score > now (ZCOUNT), decides as decide_concurrency on that
+// count, and on admission drops the others, adds the slots and sets the key's TTL to the hold
+// (ceil ms + 1). refund removes the check's slots (ZREM), then reports a cost-0 check. N above
+// kMaxConcurrency is a bad check. The writers below release and refresh slots without the
+// Lua. Its State for the C++ core: a = slots taken.
+//
 // Writers take a caller's buffer of at least the _len() size (two passes: measure, allocate
 // from the request pool, write), or of batch_command_bound's: no heap, no exceptions. They
 // return the bytes written.
@@ -62,6 +73,9 @@ struct RedisCheck {
     const Policy* policy = nullptr;   // finished; never null
     int64_t cost = 0;                 // clamped to [0, kExact]: beyond any capacity either way
     int64_t at = 0;                   // refund only: the decide reply's now_us
+    // Concurrency only: who takes the slots, named concurrency_member(owner, seq + i).
+    uint64_t owner = 0;               // random per nginx worker, below 2^48
+    uint64_t seq = 0;                 // the worker's counter, below 2^52
 };
 
 // One request's checks: all or nothing.
@@ -136,6 +150,22 @@ size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, siz
                           CommandScript script = CommandScript::evalsha) noexcept;
 size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
                             CommandScript script = CommandScript::evalsha) noexcept;
+
+// ---- concurrency slots without the Lua ------------------------------------------------------
+// One check's slots (max(cost, 1) of them, at most kMaxConcurrency), on the key of
+// redis_key(prefix, zone, hash, Algo::concurrency): the decide call's key, so its cluster slot.
+
+// Release: ZREM <key> <member>...; reply: an integer, the members removed (0 when they had
+// expired).
+size_t release_command_len(std::string_view prefix, const RedisCheck& c) noexcept;
+size_t write_release_command(char* buf, std::string_view prefix, const RedisCheck& c) noexcept;
+
+// Refresh: ZADD <key> XX <score_us> <member>... then PEXPIRE <key> <ms>, two commands and two
+// integer replies (ZADD's 0: XX adds nothing, an expired slot stays gone; PEXPIRE's 1, or 0
+// when the key is gone). score_us: the new expiry on Redis's clock (its time last seen in a
+// reply + hold); ms = c.policy->period_us rounded up to the ms, plus 1, as the Lua sets it.
+size_t refresh_command_len(std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept;
+size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept;
 
 // Reads the reply of a one-group call (already parsed into its n integers) into
 // out[0..nchecks), as decode_batch_reply does. The call admitted the request iff

@@ -6,7 +6,7 @@ namespace rl {
 
 namespace {
 
-constexpr size_t kMaxAlgoNameLen = 7;  // "sliding"
+constexpr size_t kMaxAlgoNameLen = 11;  // "concurrency"
 
 // The bytes around the hex: '{', ':' after the zone, '}', ':' before the algorithm.
 constexpr size_t kPunctuation = 4;
@@ -63,6 +63,32 @@ size_t redis_key(char* buf, std::string_view prefix, std::string_view zone, cons
     *p++ = ':';
     p += put(p, algo_name(a));
     return static_cast<size_t>(p - buf);
+}
+
+namespace {
+
+size_t put_decimal(char* p, uint64_t v) {
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[sizeof tmp - 1 - n++] = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    if (p != nullptr) std::memcpy(p, tmp + sizeof tmp - n, n);
+    return n;
+}
+
+}  // namespace
+
+size_t concurrency_member_len(uint64_t owner, uint64_t seq, uint64_t i) noexcept {
+    return concurrency_member(nullptr, owner, seq, i);
+}
+
+size_t concurrency_member(char* buf, uint64_t owner, uint64_t seq, uint64_t i) noexcept {
+    size_t n = put_decimal(buf, owner & kOwnerMask);
+    if (buf != nullptr) buf[n] = '.';
+    n++;
+    return n + put_decimal(buf != nullptr ? buf + n : nullptr, (seq & kSeqMask) + i);
 }
 
 constexpr std::string_view kHostsSuffix = "}:hosts";

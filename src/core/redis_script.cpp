@@ -31,8 +31,9 @@ constexpr char kHead[] = R"lua(-- ngx_http_ratelimit_module: decides the limits 
 -- without the cost of a call to math.floor. Never tostring a number beyond 14 digits (Lua 5.1
 -- keeps 14): numbers go out through struct.pack or string.format('%d').
 --
--- Algorithms: 0 gcra, 1 token, 2 leaky, 3 sliding, 4 fixed, 5 log. A check is a record of 12
--- doubles (96 bytes, see redis_command.h); a hash algorithm's state is 3: a, b, c of rl::State.
+-- Algorithms: 0 gcra, 1 token, 2 leaky, 3 sliding, 4 fixed, 5 log, 6 concurrency. A check is a
+-- record of 12 doubles (96 bytes, see redis_command.h); a hash algorithm's state is 3: a, b, c
+-- of rl::State.
 -- A decide_* function returns the decision (allowed, remaining, reset, retry) and then
 -- whether admitting it changes the state (w) and to what (x, y, z); a bucket's delay is left
 -- in `shaped`.
@@ -339,6 +340,52 @@ local function commit_log(key, first, stamp, cost, ttl)
 end
 )lua";
 
+constexpr char kConcurrency[] = R"lua(
+-- concurrency.cpp: the key is a sorted set of the slots taken, member "<owner>.<seq + i>" for
+-- slot i of a check (owner and seq come in the record's burst and at), scored by its expiry ----
+
+-- The decision on taking `cost` slots; the expired ones (score <= now) do not count. Only
+-- reads: an admission drops them (commit), so a rejection or a bad record writes nothing.
+local function decide_concurrency(key, now, cost, req)
+  local taken, ok, retry = call('ZCOUNT', key, '(' .. fmt('%d', now), '+inf'), false, 0
+  if cost > req then
+    retry = -1
+  elseif cost == 0 or taken + cost <= req then
+    ok = true
+  else
+    retry = 1000000  -- kConcurrencyRetryUs
+  end
+  local after, rem = taken, 0
+  if ok then after = taken + cost end
+  if after < req then rem = req - after end
+  return ok, rem, 0, retry, ok and cost > 0
+end
+
+-- ZADD <score> <member> or ZREM <member> (score nil) of a check's n slots; what it returns.
+local function slots(cmd, key, score, owner, seq, n)
+  if n == 1 then
+    if score then return call(cmd, key, score, fmt('%d.%d', owner, seq)) end
+    return call(cmd, key, fmt('%d.%d', owner, seq))
+  end
+  local args, done, i = {}, 0, 0
+  while i < n do
+    local e = 0
+    while i < n and e < 1000 do  -- unpack has a stack limit
+      if score then
+        e = e + 1
+        args[e] = score
+      end
+      e = e + 1
+      args[e] = fmt('%d.%d', owner, seq + i)
+      i = i + 1
+    end
+    for x = e + 1, #args do args[x] = nil end
+    done = done + call(cmd, key, unpk(args))
+  end
+  return done
+end
+)lua";
+
 constexpr char kRefund[] = R"lua(
 -- refund.cpp: a state after giving back `cost` units admitted at `at` (the same values when
 -- nothing changes) -----------------------------------------------------------------------------
@@ -429,9 +476,14 @@ end
 
 -- Admits one check: what its decide_* returned as w = true, x, y, z. A batch (S) keeps its hash
 -- states, and the TTL of each from its last change, to write each key once, at the end; a log
--- is written at once, so that the next groups read it.
+-- or a concurrency key is written at once, so that the next groups read it. reset: when the
+-- key is worth a fresh one (for the concurrency, the hold; x, y, z: score, owner, seq).
 local function commit(S, TTL, key, algo, cost, reset, x, y, z)
-  if algo == 5 then
+  if algo == 6 then
+    call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', x - reset))  -- x - reset: now
+    slots('ZADD', key, fmt('%d', x), y, z, cost)
+    call('PEXPIRE', key, fmt('%d', ttl_ms(reset)))
+  elseif algo == 5 then
     local ttl
     if reset > 0 then ttl = ttl_ms(reset) end
     commit_log(key, x, y, cost, ttl)
@@ -457,9 +509,10 @@ local function shape(blob)
 end
 
 -- Each record is checked before its group decides: a bad one fails the call, and a single
--- group then has written nothing. A batch writes its hash states at the end, but a log as soon
--- as its group is admitted: a batch with a log (or a bad algorithm) checks all its records
--- first, so that it never stops halfway. The number of its first bad check, if any.
+-- group then has written nothing. A batch writes its hash states at the end, but a log or a
+-- concurrency key as soon as its group is admitted: a batch with either (or a bad algorithm)
+-- checks all its records first, so that it never stops halfway. The number of its first bad
+-- check, if any.
 local function first_bad(blob)
   local size, p, full = #blob, 1, false
   while p <= size and not full do
@@ -479,8 +532,9 @@ local function first_bad(blob)
     for _ = 1, n do
       local algo, req, per, burst, refill, tok, depth, wsc, cost, _, dl, mu = sunpack('<dddddddddddd', blob, p)
       k = k + 1
-      if not (algo >= 0 and algo <= 5 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-              and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1) then
+      if not (algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
+              and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1
+              and (algo < 6 or req <= 1000000)) then
         return k
       end
       p = p + 96
@@ -531,8 +585,9 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
         -- pass 2: the group was rejected; its checks that allowed report a cost-0 request.
         if pass == 1 or out[j + 1] == 1 then
           local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu = sunpack('<dddddddddddd', blob, q)
-          if not (algo >= 0 and algo <= 5 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-                  and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1) then
+          if not (algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
+                  and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1
+                  and (algo < 6 or req <= 1000000)) then  -- kMaxConcurrency: bounds a call's slots
             return redis.error_reply('ERR ratelimit script: bad check ' .. (k + i))
           end
           local key = keys[k + i]
@@ -540,7 +595,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
           if pass == 2 or refunding then cost = 0 end
           local ok, rem, reset, retry, w, x, y, z
           shaped = 0
-          if algo ~= 5 then
+          if algo < 5 then
             -- The state: 24 bytes, no key (a fresh state), or a hash {a, b, c} of the earlier
             -- layout. A batch keeps the states it read or changed in S (false: no key).
             local s
@@ -575,10 +630,17 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             if w and x == a and y == b and z == c then w = false end
             -- A refund that changed the state keeps it, with the TTL of the cost-0 decision on it.
             if refund_it then commit(S, TTL, key, algo, 0, reset, a, b, c) end
-          else
+          elseif algo == 5 then
             if refund_it then refund_it = refund_log(key, at, units) end
             ok, rem, reset, retry, w, x, y = decide_log(key, now, cost, req, per)
             if refund_it then call('PEXPIRE', key, fmt('%d', ttl_ms(reset))) end
+          else  -- a refund gives the slots back (what already expired is gone) and reports
+            if refund_it then
+              if units > 1000000 then units = 1000000 end  -- as the release writer
+              slots('ZREM', key, nil, burst, at, units)
+            end
+            ok, rem, reset, retry, w = decide_concurrency(key, now, cost, req)
+            if w then x, y, z = now + per, burst, at end
           end
 
           -- An allowed check's retry is 0: its slot carries the delay instead.
@@ -590,11 +652,11 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             if not ok then
               all = false
             elseif n == 1 then
-              if w then commit(S, TTL, key, algo, units, reset, x, y, z) end
+              if w then commit(S, TTL, key, algo, units, algo == 6 and per or reset, x, y, z) end
             elseif all then
               if not T then T = {} end
               local t = 6 * (i - 1)
-              T[t + 1], T[t + 2], T[t + 3], T[t + 4], T[t + 5], T[t + 6] = w, x, y, z, reset, algo
+              T[t + 1], T[t + 2], T[t + 3], T[t + 4], T[t + 5], T[t + 6] = w, x, y, z, algo == 6 and per or reset, algo
             end
           end
         end
@@ -865,7 +927,7 @@ constexpr Text<(Ns + ...) - sizeof...(Ns) + 1> join(const char (&... parts)[Ns])
 }
 
 // Everything but the clock, which each variant puts before `run`'s definition.
-#define RL_LUA_BEFORE_CLOCK kHead, kBucket, kGcra, kToken, kLeaky, kFixed, kSliding, kLog, kRefund
+#define RL_LUA_BEFORE_CLOCK kHead, kBucket, kGcra, kToken, kLeaky, kFixed, kSliding, kLog, kConcurrency, kRefund
 #define RL_LUA_AFTER_CLOCK kDecide, kSync, kDecideAfterSync
 
 constexpr auto kProduction = join(RL_LUA_BEFORE_CLOCK, kClockFromRedis, RL_LUA_AFTER_CLOCK, kEvalCall);

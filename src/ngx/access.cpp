@@ -41,6 +41,12 @@ ngx_int_t pick_most_restrictive(const rl_result_t* res, ngx_uint_t n) {
 
 void log_rejection(ngx_http_request_t* r, const rl_loc_conf_t* lcf, const rl_result_t& res) {
     const rl_zone_t* zone = res.applied->zone;
+    if (zone->concurrency) {
+        // limit_conn's words, so that what reads its lines (fail2ban, alerts) keeps working.
+        ngx_log_error(lcf->log_level, r->connection->log, 0, "limiting connections%s by zone \"%V\"",
+                      lcf->dry_run ? ", dry run," : "", &zone->name);
+        return;
+    }
     int64_t wait = res.decision.retry_after_us;
     if (wait == rl::kNever) {
         if (res.cost == rl::kCostTooLarge) {

@@ -59,6 +59,12 @@ struct rl_zone_t {
     ngx_str_t redis_name;        // redis=NAME: the state lives in Redis
     rl_redis_t* redis;
     const rl_store_t* store;     // where its keys' state lives and how it is decided (store.h)
+    const rl_store_t* local;     // what decides in its own table: shared memory, or in-flight slots
+                                 // (also when Redis fails and ratelimit_on_error local applies)
+    // concurrency=N (policy.algo concurrency, policy.requests N, policy.period_us hold=): at
+    // most N requests of a key at once (store_conc.cpp; with redis=, redis/held.cpp)
+    bool concurrency;
+    ngx_http_complex_value_t* concurrency_cv;  // concurrency=$variable; policy.requests is its default
     ngx_msec_t timeout;          // the longest a request waits for its store (Redis's timeout)
     u_char* file;                // where the zone is declared, for errors found later
     ngx_uint_t line;
@@ -89,6 +95,7 @@ struct rl_limit_t {
     bool burst_set;
     int64_t quantity;                       // used when quantity_cv is null
     ngx_http_complex_value_t* quantity_cv;  // quantity=$variable
+    bool quantity_set;
     int64_t delay;                          // delay=N, or rl::kNoDelay (nodelay, the default)
     int64_t max_delay_us;                   // max_delay=TIME, 0 when none
     u_char* file;                           // where the line is, for errors found at merge

@@ -130,6 +130,8 @@ struct zone_snapshot_t {
     std::string_view name;
     uint64_t requests[RL_RESULT_N];
     uint64_t keys, capacity, evictions;
+    bool concurrency;   // concurrency=N: its in-flight gauge
+    int64_t in_flight;
     bool sync;  // sync=TIME: its reconciliation's counters (kept in the zone's sync header)
     uint64_t sync_rounds, sync_keys, sync_failures;
     int64_t sync_hosts;
@@ -172,6 +174,8 @@ bool take_snapshot(ngx_http_request_t* r, rl_main_conf_t* mcf, snapshot_t* s) {
         zone_snapshot_t& z = s->zones[s->nzones++];
         z.name = rl_sv(zone->name);
         for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z.requests[k] = load(zone->metrics->requests[k]);
+        z.concurrency = zone->concurrency;
+        z.in_flight = static_cast<int64_t>(load(zone->metrics->in_flight));
         // Under the zone's lock: the table's fields change together with its slots.
         ngx_shmtx_lock(&zone->shpool->mutex);
         z.keys = zone->table->used;
@@ -259,6 +263,16 @@ void write_zones(rl::MetricsWriter& w, const snapshot_t& s) {
              "counter");
     per_name(w, "nginx_ratelimit_zone_evictions_total", "zone", s.zones, s.nzones,
              [](const zone_snapshot_t& z) { return z.evictions; });
+    bool any = false;
+    for (ngx_uint_t i = 0; i < s.nzones; i++) any = any || s.zones[i].concurrency;
+    if (any) {
+        w.family("nginx_ratelimit_in_flight", "Requests of this host holding a slot of a concurrency zone.", "gauge");
+        for (ngx_uint_t i = 0; i < s.nzones; i++) {
+            if (!s.zones[i].concurrency) continue;
+            rl::MetricLabel l{"zone", s.zones[i].name};
+            w.sample("nginx_ratelimit_in_flight", &l, 1, s.zones[i].in_flight);
+        }
+    }
     write_sync(w, s);
 }
 

@@ -39,6 +39,7 @@ constexpr ngx_uint_t kRlRoundTripBuckets = 13;  // 100 µs .. 1 s, then +Inf
 // In shared memory: plain counters, updated with atomic adds.
 struct rl_metrics_zone_t {
     ngx_atomic_t requests[RL_RESULT_N];
+    ngx_atomic_t in_flight;  // concurrency zones: slots this host's requests hold (a gauge)
 };
 
 struct rl_metrics_redis_t {

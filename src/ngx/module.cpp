@@ -138,6 +138,7 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             }
             limit.burst_set = true;
         } else if (rl_arg(a, "quantity=", v)) {
+            limit.quantity_set = true;
             if (v.len > 0 && v.data[0] == '$') {
                 limit.quantity_cv = rl_complex_value(cf, &v);
                 if (limit.quantity_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
@@ -261,6 +262,12 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         auto* zone = static_cast<rl_zone_t*>(l.shm_zone->data);
         if (zone == nullptr) {
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "unknown ratelimit zone \"%V\"", &l.shm_zone->shm.name);
+            return false;
+        }
+        if (zone->concurrency && (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay)) {
+            // A request takes one slot while it runs, and nothing refills a slot but its end.
+            rl_conf_error_at(cf, "ratelimit", l.file, l.line, "\"%s\" has no meaning for the concurrency zone \"%V\"",
+                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : "delay", &zone->name);
             return false;
         }
         rl::Policy p = zone->policy;

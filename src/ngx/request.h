@@ -58,7 +58,7 @@ enum rl_phase_e : uint8_t {
     RL_PHASE_DELAYED,      // admitted, waiting for its delay (delay.cpp)
 };
 
-constexpr ngx_uint_t kRlStores = 4;  // kinds of store (rl_store_t::index)
+constexpr ngx_uint_t kRlStores = 5;  // kinds of store (rl_store_t::index)
 
 struct rl_ctx_t;
 // A store's wait for the request is over (ended), or it asks for a new decision within the

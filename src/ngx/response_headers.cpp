@@ -95,7 +95,8 @@ rl::HeaderItem rl_policy_item(const rl_zone_t& zone, const rl::Policy& policy) n
     rl::HeaderItem it;
     it.name = rl_sv(zone.name);
     it.quota = policy.requests;
-    it.window_s = rl::ceil_seconds(policy.period_us);
+    // A concurrency limit has no window: its quota is requests at once (w= left out).
+    it.window_s = policy.algo == rl::Algo::concurrency ? 0 : rl::ceil_seconds(policy.period_us);
     return it;
 }
 

@@ -5,7 +5,7 @@
 #include "ngx/sync/sync.h"
 
 const rl_store_t* const rl_stores[kRlStores] = {&rl_shm_store, &rl_redis_store, &rl_sync_optimistic_store,
-                                                &rl_sync_lease_store};
+                                                &rl_sync_lease_store, &rl_conc_store};
 
 void rl_store_give_back(rl_ctx_t* ctx) noexcept {
     rl_result_t** list = rl_ctx_list(ctx);

@@ -50,11 +50,17 @@ struct rl_store_t {
 };
 
 extern const rl_store_t rl_shm_store;
+extern const rl_store_t rl_conc_store;  // in-flight slots in shared memory (store_conc.cpp)
 
-// The store a result is decided in now: its zone's, or shared memory when Redis failed and
+// The store a result is decided in now: its zone's, or the zone's table when Redis failed and
 // ratelimit_on_error local decides it there.
 inline const rl_store_t* rl_store_of(const rl_result_t& res) {
-    return res.store == RL_STORE_LOCAL ? &rl_shm_store : res.applied->zone->store;
+    return res.store == RL_STORE_LOCAL ? res.applied->zone->local : res.applied->zone->store;
+}
+
+// What the zone's table keeps per key after its Slot.
+inline size_t rl_zone_key_bytes(const rl_zone_t* zone) {
+    return zone->store->key_bytes > 0 ? zone->store->key_bytes : zone->local->key_bytes;
 }
 
 // store_shm.cpp: the shared-memory pass over `results` (their stores' `decide`): under their
@@ -102,7 +108,11 @@ inline void rl_store_timed_out(rl_ctx_t* ctx) {
 inline void rl_store_decided(rl_ctx_t* ctx) {
     rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->decided ? s->decided(ctx), 0 : 0; });
 }
+// The request is over: the in-flight slots it holds in shared memory go back (store_conc.cpp);
+// the stores' `end` give back theirs.
+void rl_store_release_slots(rl_ctx_t* ctx) noexcept;
 inline void rl_store_end(rl_ctx_t* ctx) {
+    rl_store_release_slots(ctx);
     rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->end ? s->end(ctx), 0 : 0; });
 }
 // Gives back what every store consumed for the request (shared memory at once, Redis by a

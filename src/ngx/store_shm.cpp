@@ -74,7 +74,8 @@ rl::Slot* rl_store_slot(const rl_result_t& res) noexcept {
     if (policy.algo == rl::Algo::log && static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
         return nullptr;
     }
-    if (zone->store->key_bytes > 0 && table->slot_size < rl::slot_size_for(zone->store->key_bytes)) return nullptr;
+    size_t key_bytes = rl_zone_key_bytes(zone);
+    if (key_bytes > 0 && table->slot_size < rl::slot_size_for(key_bytes)) return nullptr;
     return rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
 }
 

@@ -5,6 +5,7 @@
 
 #include "ngx/request.h"
 
+#include "core/concurrency.h"
 #include "core/rate.h"
 
 bool rl_tier_is_variable(ngx_str_t* value) noexcept { return ngx_http_script_variables_count(value) > 0; }
@@ -35,13 +36,22 @@ bool rl_tier_check_zone(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy* dflt)
 void rl_tier_check_applied(rl_applied_t* applied) noexcept {
     // A burst on the `ratelimit` line replaces the zone's, variable or not.
     const rl_zone_t* zone = applied->zone;
-    applied->tiered = zone->rate_cv != nullptr || (zone->burst_cv != nullptr && !applied->limit->burst_set);
+    applied->tiered = zone->rate_cv != nullptr || zone->concurrency_cv != nullptr ||
+                      (zone->burst_cv != nullptr && !applied->limit->burst_set);
 }
 
 const rl::Policy* rl_tier_policy(ngx_http_request_t* r, const rl_applied_t& applied, rl::Policy* out) noexcept {
     rl_zone_t* zone = applied.zone;
     *out = applied.policy;  // default_rate, and the line's burst, the zone's, or 0 for a variable one
     ngx_str_t value = ngx_null_string;
+    if (zone->concurrency_cv != nullptr) {
+        if (ngx_http_complex_value(r, zone->concurrency_cv, &value) == NGX_OK && value.len > 0 &&
+            !rl::parse_int(rl_sv(value), 1, rl::kMaxConcurrency, out->requests)) {
+            rl_warn_value(r, zone, &zone->tier_warned, "concurrency", value, "default_concurrency applies");
+            out->requests = applied.policy.requests;
+        }
+        return rl::finish_policy(*out) == nullptr ? out : &applied.policy;
+    }
     if (zone->rate_cv != nullptr && ngx_http_complex_value(r, zone->rate_cv, &value) == NGX_OK && value.len > 0 &&
         !rl::parse_rate(rl_sv(value), out->requests, out->period_us)) {
         rl_warn_value(r, zone, &zone->tier_warned, "rate", value, "default_rate applies");

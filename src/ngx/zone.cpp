@@ -2,6 +2,7 @@
 // across reloads), whose block starts with the store's own area when it has one.
 #include "ngx/zone.h"
 
+#include "core/concurrency.h"
 #include "core/rate.h"
 #include "core/redis_command.h"
 #include "ngx/redis/conf.h"
@@ -24,7 +25,7 @@ size_t usable_bytes(size_t zone_size) {
 }
 
 uint32_t zone_slot_size(const rl_zone_t* zone) {
-    if (zone->store->key_bytes > 0) return rl::slot_size_for(zone->store->key_bytes);  // never the log
+    if (size_t bytes = rl_zone_key_bytes(zone)) return rl::slot_size_for(bytes);  // never the log
     rl::Policy p = zone->policy;
     p.algo = rl::Algo::log;
     return rl::slot_size_for(zone->uses_log ? rl::ring_bytes(p) : 0);
@@ -134,6 +135,10 @@ ngx_int_t rl_init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
 }
 
 constexpr int64_t kMinSyncUs = 10000;
+// hold=: how long Redis keeps a slot its host no longer refreshes (every hold / 3).
+constexpr int64_t kDefaultHoldUs = 30000000;
+constexpr int64_t kMinHoldUs = 1000000;
+constexpr int64_t kMaxHoldUs = 86400000000;
 
 // sync= and sync_mode= of a zone, once its other parameters are read.
 bool check_sync(ngx_conf_t* cf, rl_zone_t* zone, const ngx_str_t& sync_arg, bool mode_set) {
@@ -155,10 +160,69 @@ bool check_sync(ngx_conf_t* cf, rl_zone_t* zone, const ngx_str_t& sync_arg, bool
     return zone->sync_policies != nullptr;
 }
 
+// The zone's shared memory, and the zone among the http block's.
+char* add_zone(ngx_conf_t* cf, rl_main_conf_t* mcf, rl_zone_t* zone, size_t size) {
+    ngx_shm_zone_t* shm_zone = ngx_shared_memory_add(cf, &zone->name, size, &ngx_http_ratelimit_module);
+    if (shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+    if (shm_zone->data != nullptr) {
+        return rl_conf_error(cf, "duplicate zone \"%V\"", &zone->name);
+    }
+    zone->shm_zone = shm_zone;
+    shm_zone->init = rl_init_zone;
+    shm_zone->data = zone;
+    auto** all = static_cast<rl_zone_t**>(ngx_array_push(&mcf->zones));
+    if (all == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+    *all = zone;
+
+    return NGX_CONF_OK;
+}
+
+// concurrency= and what may come with it, once a zone's parameters are read; then its stores.
+bool check_concurrency(ngx_conf_t* cf, rl_zone_t* zone, const char* rate_param, int64_t default_concurrency,
+                       bool have_hold, const ngx_str_t& sync_arg, bool mode_set) {
+    if (!zone->concurrency) {
+        rl_conf_error(cf, "\"%s\" needs \"concurrency\" in ratelimit zone \"%V\"",
+                      have_hold ? "hold" : "default_concurrency", &zone->name);
+        return false;
+    }
+    if (rate_param != nullptr) {
+        rl_conf_error(cf, "\"%s\" cannot be combined with \"concurrency\" in ratelimit zone \"%V\": a zone limits "
+                      "a rate or the requests in flight", rate_param, &zone->name);
+        return false;
+    }
+    if (sync_arg.len > 0 || mode_set) {
+        rl_conf_error(cf, "\"sync\" cannot be used with \"concurrency\" in ratelimit zone \"%V\": a slot is held "
+                      "by one request until it ends, not a count hosts can add later; use \"redis\" alone",
+                      &zone->name);
+        return false;
+    }
+    if (have_hold && zone->redis_name.len == 0) {
+        rl_conf_error(cf, "\"hold\" needs \"redis\" in ratelimit zone \"%V\": it is how long Redis keeps the "
+                      "slot of a host that stopped refreshing it", &zone->name);
+        return false;
+    }
+    if ((zone->concurrency_cv != nullptr) != (default_concurrency > 0)) {
+        rl_conf_error(cf, zone->concurrency_cv ? "a variable \"concurrency\" requires \"default_concurrency\" in "
+                                                 "ratelimit zone \"%V\""
+                                               : "\"default_concurrency\" is only for a variable \"concurrency\" in "
+                                                 "ratelimit zone \"%V\"",
+                      &zone->name);
+        return false;
+    }
+    if (default_concurrency > 0) zone->policy.requests = default_concurrency;
+    zone->policy.algo = rl::Algo::concurrency;
+    zone->algo_set = true;
+    zone->local = &rl_conc_store;
+    zone->store = zone->redis_name.len > 0 ? &rl_redis_store : &rl_conc_store;
+    return true;
+}
+
 }  // namespace
 
 // ratelimit_zone NAME key=STRING (rate=R | rate=$VAR default_rate=R | requests=N period=T) [burst=N|$VAR]
 //                [size=S] [algo=A] [redis=NAME [sync=TIME [sync_mode=optimistic|lease]]]
+// ratelimit_zone NAME key=STRING (concurrency=N | concurrency=$VAR default_concurrency=N) [size=S]
+//                [redis=NAME [hold=TIME]]
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* mcf = static_cast<rl_main_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
@@ -187,6 +251,10 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     rl::Policy dflt;
     ngx_str_t sync_arg = ngx_null_string;
     bool mode_set = false;
+    const char* rate_param = nullptr;  // a rate's parameter, refused with concurrency=
+    bool have_hold = false;
+    int64_t default_concurrency = 0;
+    int64_t hold_us = kDefaultHoldUs;
 
     for (ngx_uint_t i = 2; i < cf->args->nelts; i++) {
         ngx_str_t& a = args[i];
@@ -198,7 +266,27 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             ccv.complex_value = &zone->key;
             if (ngx_http_compile_complex_value(&ccv) != NGX_OK) return static_cast<char*>(NGX_CONF_ERROR);
             have_key = true;
+        } else if (rl_arg(a, "concurrency=", v)) {
+            if (rl_tier_is_variable(&v)) {
+                zone->concurrency_cv = rl_complex_value(cf, &v);
+                if (zone->concurrency_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+            } else if (!rl::parse_int(rl_sv(v), 1, rl::kMaxConcurrency, zone->policy.requests)) {
+                return rl_conf_error(cf, "invalid concurrency \"%V\", it must be from 1 to %L", &a,
+                                     rl::kMaxConcurrency);
+            }
+            zone->concurrency = true;
+        } else if (rl_arg(a, "default_concurrency=", v)) {
+            if (!rl::parse_int(rl_sv(v), 1, rl::kMaxConcurrency, default_concurrency)) {
+                return rl_conf_error(cf, "invalid default_concurrency \"%V\", it must be from 1 to %L", &a,
+                                     rl::kMaxConcurrency);
+            }
+        } else if (rl_arg(a, "hold=", v)) {
+            if (!rl::parse_duration(rl_sv(v), hold_us) || hold_us < kMinHoldUs || hold_us > kMaxHoldUs) {
+                return rl_conf_error(cf, "invalid hold \"%V\", it must be from 1s to 1d", &a);
+            }
+            have_hold = true;
         } else if (rl_arg(a, "rate=", v)) {
+            rate_param = "rate";
             if (rl_tier_is_variable(&v)) {
                 zone->rate_cv = rl_complex_value(cf, &v);
                 if (zone->rate_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
@@ -207,22 +295,26 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             }
             have_rate = true;
         } else if (rl_arg(a, "default_rate=", v)) {
+            rate_param = "default_rate";
             // A variable rate's fallback: the zone's policy once the loop knows rate= is one.
             if (!rl::parse_rate(rl_sv(v), dflt.requests, dflt.period_us)) {
                 return rl_conf_error(cf, "invalid default_rate \"%V\"", &a);
             }
             have_default = true;
         } else if (rl_arg(a, "requests=", v)) {
+            rate_param = "requests";
             if (!rl::parse_int(rl_sv(v), 1, rl::kMaxRequests, zone->policy.requests)) {
                 return rl_conf_error(cf, "invalid requests \"%V\"", &a);
             }
             have_requests = true;
         } else if (rl_arg(a, "period=", v)) {
+            rate_param = "period";
             if (!rl::parse_duration(rl_sv(v), zone->policy.period_us)) {
                 return rl_conf_error(cf, "invalid period \"%V\"", &a);
             }
             have_period = true;
         } else if (rl_arg(a, "burst=", v)) {
+            rate_param = "burst";
             if (rl_tier_is_variable(&v)) {
                 zone->burst_cv = rl_complex_value(cf, &v);
                 if (zone->burst_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
@@ -259,6 +351,7 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             }
             mode_set = true;
         } else if (rl_arg(a, "algo=", v)) {
+            rate_param = "algo";
             if (!rl::parse_algo(rl_sv(v), zone->policy.algo)) {
                 return rl_conf_error(cf, "invalid algorithm \"%V\"", &v);
             }
@@ -270,6 +363,13 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 
     if (!have_key) {
         return rl_conf_error(cf, "\"key\" is required in ratelimit zone \"%V\"", &zone->name);
+    }
+    if (zone->concurrency || default_concurrency > 0 || have_hold) {
+        if (!check_concurrency(cf, zone, rate_param, default_concurrency, have_hold, sync_arg, mode_set)) {
+            return static_cast<char*>(NGX_CONF_ERROR);
+        }
+        zone->policy.period_us = hold_us;
+        return add_zone(cf, mcf, zone, size);
     }
     if (have_rate == (have_requests && have_period) || have_requests != have_period) {
         return rl_conf_error(cf,
@@ -290,23 +390,13 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     }
 
     if (!check_sync(cf, zone, sync_arg, mode_set)) return static_cast<char*>(NGX_CONF_ERROR);
+    zone->local = &rl_shm_store;
     zone->store = zone->sync_mode == RL_SYNC_LEASE        ? &rl_sync_lease_store
                   : zone->sync_mode == RL_SYNC_OPTIMISTIC ? &rl_sync_optimistic_store
                   : zone->redis_name.len > 0              ? &rl_redis_store
                                                           : &rl_shm_store;
 
-    ngx_shm_zone_t* shm_zone = ngx_shared_memory_add(cf, &zone->name, size, &ngx_http_ratelimit_module);
-    if (shm_zone == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
-    if (shm_zone->data != nullptr) {
-        return rl_conf_error(cf, "duplicate zone \"%V\"", &zone->name);
-    }
-    zone->shm_zone = shm_zone;
-    shm_zone->init = rl_init_zone;
-    shm_zone->data = zone;
-    auto** all = static_cast<rl_zone_t**>(ngx_array_push(&mcf->zones));
-    if (all == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
-    *all = zone;
-
+    if (add_zone(cf, mcf, zone, size) != NGX_CONF_OK) return static_cast<char*>(NGX_CONF_ERROR);
     if (zone->algo_set && zone->policy.algo == rl::Algo::log && !rl_zone_check_log(cf, zone, zone->policy, nullptr)) {
         return static_cast<char*>(NGX_CONF_ERROR);
     }
@@ -353,5 +443,10 @@ bool rl_zone_resolve(ngx_conf_t* cf, rl_zone_t* zone, rl_main_conf_t* mcf) noexc
         return false;
     }
     zone->timeout = zone->redis->timeout;
+    if (zone->concurrency) {
+        // Its slots are refreshed three times per hold: one lost refresh does not drop them.
+        auto every = static_cast<ngx_msec_t>(zone->policy.period_us / 3000);
+        if (zone->redis->refresh_ms == 0 || every < zone->redis->refresh_ms) zone->redis->refresh_ms = every;
+    }
     return true;
 }

@@ -8,6 +8,7 @@
 #include "core/redis_info.h"
 #include "core/redis_script.h"
 #include "ngx/redis/cluster.h"
+#include "ngx/redis/held.h"
 #include "ngx/redis/node.h"
 #include "ngx/redis/request.h"
 #include "ngx/redis/resolve.h"
@@ -433,6 +434,7 @@ ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept {
         ngx_queue_init(&shared.free_ops);
         redis->pool = cycle->pool;
         ngx_queue_init(&redis->free_batches);
+        rl_held_init(redis);
         shared.ssl = redis->ssl_ctx;
         shared.ssl_verify = redis->ssl_verify;
         if (!build_handshake(cycle->pool, redis)) return NGX_ERROR;
@@ -471,6 +473,7 @@ void rl_redis_exit_process(ngx_cycle_t* cycle) noexcept {
     for (ngx_uint_t i = 0; i < mcf->redis.nelts; i++) {
         rl_sentinel_exit(all[i]);
         rl_resolve_exit(all[i]);
+        rl_held_exit(all[i]);
         for (ngx_uint_t k = 0; k < all[i]->nodes.n; k++) rl_conn_close(&all[i]->nodes.elts[k]->conn);
     }
 }

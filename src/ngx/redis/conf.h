@@ -61,6 +61,11 @@ struct rl_redis_t {
     void* cluster_state;      // cluster.cpp
     void* sentinel_state;     // sentinel.cpp
     void* resolve_state;      // resolve.cpp
+    // held.cpp: in-flight slots this worker's requests hold here, refreshed every refresh_ms
+    ngx_queue_t held;
+    ngx_event_t held_refresh;
+    ngx_msec_t refresh_ms;    // a third of the shortest hold= of its concurrency zones (0: none)
+    int64_t clock_offset_us;  // Redis's clock minus ours, as the last decide reply showed it
     // Called when a node's connection fails or its server says it cannot take writes
     // (READONLY, MASTERDOWN): where the address comes from (Sentinel, DNS) may know better.
     void (*address_stale)(rl_redis_node_t* node);

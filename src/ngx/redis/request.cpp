@@ -9,6 +9,7 @@
 #include "core/redis_keys.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/cluster.h"
+#include "ngx/redis/held.h"
 #include "ngx/redis/node.h"
 
 namespace {
@@ -43,6 +44,8 @@ struct rl_call_t {
     uint8_t tries;            // retries so far (rl_node_retry_left)
     uint8_t solo;             // cluster: sent in a batch of its own (its slot is migrating)
     int64_t at;               // Redis's time of the decision
+    uint64_t seq;             // its in-flight slots' member in Redis: "<owner>.<seq>" (held.h)
+    rl_held_t* held;          // the slots the request holds once admitted, until it ends
 };
 
 enum { RL_CALL_PENDING = 0, RL_CALL_DONE, RL_CALL_FAILED };
@@ -77,6 +80,8 @@ rl::RedisCheck* checks_of(rl_call_t* call, rl::RedisCheck* checks) {
         checks[i].policy = res.policy;
         checks[i].cost = res.cost;
         checks[i].at = res.at;
+        checks[i].owner = rl_held_owner();
+        checks[i].seq = call->seq;
     }
     return checks;
 }
@@ -204,6 +209,7 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
     }
     int64_t now = 0;
     if (!rl::decode_batch_reply(values, nvalues, groups, batch->n, decisions, admitted, &now)) return false;
+    rl_held_clock(redis, now);
 
     size_t at = 0;
     for (ngx_uint_t g = 0; g < batch->n; g++) {
@@ -325,6 +331,7 @@ rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint1
     call->redis = redis;
     call->slot = slot;
     call->node = redis->cluster ? rl_cluster_route(redis, slot) : redis->nodes.elts[0];
+    call->seq = rl_held_next_seq();
     return call;
 }
 
@@ -411,7 +418,23 @@ void abandon(rl_ctx_t* ctx, bool timed_out) {
     cs->waiting = 0;
 }
 
-void redis_end(rl_ctx_t* ctx) noexcept { abandon(ctx, false); }
+// The request is over: the in-flight slots it holds go back.
+void redis_end(rl_ctx_t* ctx) noexcept {
+    abandon(ctx, false);
+    rl_calls_t* cs = calls_of(ctx);
+    if (cs == nullptr) return;
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+        rl_call_t* call = &cs->calls[k];
+        while (rl_held_t* held = call->held) {
+            call->held = held->next;
+            rl_held_release(held);
+        }
+        for (ngx_uint_t i = 0; i < call->nchecks; i++) {
+            rl_result_t& res = ctx->results[call->checks[i]];
+            if (res.policy->algo == rl::Algo::concurrency) res.consumed = false;
+        }
+    }
+}
 
 void redis_timed_out(rl_ctx_t* ctx) noexcept { abandon(ctx, true); }
 
@@ -439,10 +462,26 @@ void redis_give_back(rl_ctx_t* ctx) noexcept {
     }
 }
 
+// The verdict is final: the in-flight slots an admitted request took are kept alive (held.h)
+// until it ends.
 void redis_decided(rl_ctx_t* ctx) noexcept {
     rl_calls_t* cs = calls_of(ctx);
     if (cs == nullptr) return;
-    for (ngx_uint_t k = 0; k < cs->ncalls; k++) cs->calls[k].batch = nullptr;
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+        rl_call_t* call = &cs->calls[k];
+        call->batch = nullptr;
+        if (call->state != RL_CALL_DONE) continue;
+        for (ngx_uint_t i = 0; i < call->nchecks; i++) {
+            const rl_result_t& res = ctx->results[call->checks[i]];
+            if (!res.consumed || res.policy->algo != rl::Algo::concurrency) continue;
+            rl::RedisCheck check = call->rchecks[i];
+            check.policy = res.policy;
+            if (rl_held_t* held = rl_held_add(call->redis, check, call->slot, res.applied->zone->metrics)) {
+                held->next = call->held;
+                call->held = held;
+            }
+        }
+    }
 }
 
 }  // namespace
