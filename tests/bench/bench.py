@@ -470,17 +470,27 @@ CMDSTAT = re.compile(r"^cmdstat_([^:]+):calls=(\d+)", re.M)
 SCRIPT_CMDS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
 
 
-def redis_counts(srv):
-    """(script calls, commands) the server's nodes have run: script calls are EVAL, EVALSHA,
-    FCALL and their _RO forms; commands are every command but INFO (which this script sends)"""
-    calls = cmds = 0
+def redis_cmdstats(srv):
+    """the calls of each command the server's nodes have run (INFO commandstats, summed over
+    the nodes; the commands scripts and functions run count too), INFO itself left out (this
+    script sends it)"""
+    out = {}
     for port in St.redis[srv]["ports"]:
         for name, n in CMDSTAT.findall(redis_cli(port, "info", "commandstats")):
-            if name in SCRIPT_CMDS:
-                calls += int(n)
             if name != "info":
-                cmds += int(n)
-    return calls, cmds
+                out[name] = out.get(name, 0) + int(n)
+    return out
+
+
+def counts_of(stats):
+    """(script calls, commands) of redis_cmdstats(): script calls are EVAL, EVALSHA, FCALL and
+    their _RO forms; commands are every command but INFO"""
+    return sum(n for name, n in stats.items() if name in SCRIPT_CMDS), sum(stats.values())
+
+
+def redis_counts(srv):
+    """(script calls, commands) the server's nodes have run (counts_of)"""
+    return counts_of(redis_cmdstats(srv))
 
 
 TOTAL_CONNS = re.compile(r"^total_connections_received:(\d+)", re.M)
@@ -677,6 +687,12 @@ def fill():
     for c in St.sel:
         if c.kind != "many" or c.check == "plain":
             continue
+        if c.algo == C.CONC and c.store == "redis":
+            # a key's sorted set lives only while a request holds a slot (the release deletes
+            # the last member, and with it the key): there is nothing to fill
+            say("== not filled %s: a Redis concurrency key lives only while a request holds a slot" % c.name)
+            filled.append("%s: not filled (a Redis concurrency key lives only while a request holds a slot)" % c.name)
+            continue
         sent, nxt, t0, non2xx = 0, 1, int(time.time()), 0
         out = "%s/out/fill-%s" % (St.tmp, c.name)
         while sent < S.KEYS and int(time.time()) - t0 < S.FILL_MAX:
@@ -719,8 +735,10 @@ def measure(c, out):
     load_case(out + ".warmup", S.WARMUP, c)
     k0 = cm0 = k1 = cm1 = n0 = n1 = 0
     ic0 = ic1 = 0.0
+    cs0 = cs1 = {}
     if srv:
-        k0, cm0 = redis_counts(srv)
+        cs0 = redis_cmdstats(srv)
+        k0, cm0 = counts_of(cs0)
         ic0 = redis_info_cpu(srv)
         n0 = redis_conns(srv)
     e0 = os.path.getsize(errlog)
@@ -739,7 +757,8 @@ def measure(c, out):
             die("an nginx worker died during %s: %s" % (c.name, run(["tail", "-5", errlog])))
     if srv:
         n1 = redis_conns(srv)
-        k1, cm1 = redis_counts(srv)
+        cs1 = redis_cmdstats(srv)
+        k1, cm1 = counts_of(cs1)
         ic1 = redis_info_cpu(srv)
     with open(errlog, "rb") as f:
         f.seek(e0)
@@ -757,6 +776,7 @@ def measure(c, out):
         "busy_ticks": b1[0] - b0[0], "softirq_ticks": b1[1] - b0[1], "machine_ticks": sum(m1) - sum(m0),
         "redis": srv, "redis_node_ticks": [y - x for x, y in zip(r0, r1)],
         "script_calls": k1 - k0, "commands": cm1 - cm0, "redis_info_cpu": ic1 - ic0,
+        "cmdstats": {k: v - cs0.get(k, 0) for k, v in cs1.items() if v != cs0.get(k, 0)},
         "redis_tls": bool(srv) and St.redis[srv]["tls"], "redis_conns": n1 - n0,
     }
 

@@ -10,7 +10,9 @@ A case is a point of a few axes; table() lists them as products of those axes:
   store    plain (no limit: the baseline), limit_req, shm (this module, state in shared
            memory), redis (in Redis, one check per request), sync (decided in shared memory,
            reconciled with Redis every 100ms), cluster (in a Redis Cluster of N primaries)
-  algo     gcra token leaky sliding fixed log (this module's algorithms)
+  algo     gcra token leaky sliding fixed log (this module's algorithms); concurrency (an
+           in-flight limit, `concurrency=N`: at most N requests of a key at once; compared
+           with gcra of the same store and key kind)
   kind     one:  GET /x, the limit keys on $server_name (one constant key)
            many: GET /x?k=<random 1..KEYS> (random-keys.lua), the limit keys on $arg_k
   headers  ratelimit_headers off, or nothing (plain: the zone whose headers add_header sends)
@@ -36,6 +38,8 @@ import sys
 from dataclasses import dataclass
 
 ALGOS = ("gcra", "token", "leaky", "sliding", "fixed", "log")
+CONC = "concurrency"
+CONC_LIMIT = 1000000         # concurrency=N of the concurrency rows: the most the module accepts
 KINDS = ("one", "many")
 BUCKETS = ("gcra", "token", "leaky")
 SYNC_EVERY = "100ms"
@@ -50,7 +54,11 @@ def default_quota(algo, kind):
      - log keeps a ring of `requests` 8-byte timestamps per key, so the quota decides the slot
        size: one key: 10^6 per second (an 8 MB ring, ~10x what one CPU serves); many keys: 10
        per second per key (136-byte slots; a key is drawn ~0.1 times a second, so 10 in one
-       second practically never happens: the non-2xx column shows it)."""
+       second practically never happens: the non-2xx column shows it);
+     - concurrency: concurrency=1000000, far above the requests in flight at once (wrk's
+       connections x pipelined requests): a slot is taken and given back per request."""
+    if algo == CONC:
+        return "concurrency=%d" % CONC_LIMIT
     if algo in BUCKETS:
         return "requests=1000000000 period=1s burst=1000"
     if algo == "log":
@@ -61,8 +69,10 @@ def default_quota(algo, kind):
 def redis_quota(algo, kind):
     """In Redis: one key as in shared memory; many keys: state that lasts a day, so that Redis
     really holds ~KEYS keys (a 1s quota would let each key expire between two of its hits, and
-    measure key creation and expiry instead); it still admits every request."""
-    if kind == "one":
+    measure key creation and expiry instead); it still admits every request. concurrency: as in
+    shared memory, whatever the key kind (a key's sorted set lives while a request holds a slot:
+    with short requests every check creates it and every release deletes it)."""
+    if kind == "one" or algo == CONC:
         return default_quota(algo, kind)
     return "requests=10 period=1d burst=1000" if algo in BUCKETS else "requests=1000 period=1d"
 
@@ -81,8 +91,13 @@ def limit_req_location(zone, rate="100000000r/s"):
     return ["limit_req zone=lr_%s; empty_gif;" % zone]
 
 
+def algo_arg(algo):
+    """the zone's algo= argument (" algo=NAME"); none for a concurrency zone (refused there)"""
+    return "" if algo == CONC else " algo=" + algo
+
+
 def module_http(zone, key, quota, size, algo):
-    return ["ratelimit_zone rl_%s key=%s %s size=%s algo=%s;" % (zone, key, quota, size, algo)]
+    return ["ratelimit_zone rl_%s key=%s %s size=%s%s;" % (zone, key, quota, size, algo_arg(algo))]
 
 
 def module_location(zone, headers=""):
@@ -170,7 +185,8 @@ class Case:
         elif self.store == "limit_req":
             text = "limit_req"
         else:
-            text = "ratelimit " + self.algo + {
+            algo = "concurrency=%d" % CONC_LIMIT if self.algo == CONC else self.algo
+            text = "ratelimit " + algo + {
                 "shm": ", ratelimit_headers off" if self.headers == "off" else "",
                 "redis": ", Redis" + (" over TLS" if self.tls else ""),
                 "sync": ", Redis%s, sync=%s %s" % (" over TLS" if self.tls else "", SYNC_EVERY,
@@ -204,7 +220,7 @@ class Case:
         # being the address's host, 127.0.0.1, which the server certificate's SAN holds
         tls = " ssl ssl_trusted_certificate=%s" % ca if self.tls else ""
         return ["ratelimit_redis r_%s %s%s%s timeout=100ms;" % (z, cluster, addrs, tls),
-                "ratelimit_zone rl_%s key=%s %s size=%s algo=%s redis=r_%s;" % (z, key, quota, size, self.algo, z)]
+                "ratelimit_zone rl_%s key=%s %s size=%s%s redis=r_%s;" % (z, key, quota, size, algo_arg(self.algo), z)]
 
     def location(self):
         """the body of the case's `location /`"""
@@ -238,6 +254,9 @@ def table():
     t += [Case("limit_req", kind) for kind in KINDS]
     # this module in shared memory: algorithm x RateLimit headers (on, off) x key kind
     t += [Case("shm", kind, algo, headers) for algo, headers, kind in itertools.product(ALGOS, ("", "off"), KINDS)]
+    # concurrency zones (in flight at most 1000000 per key), x key kind: against gcra (the
+    # baseline a selection keeps); requests are short, so each takes a slot and gives it back
+    t += [Case("shm", kind, CONC) for kind in KINDS]
     # in Redis, one check per request: gcra x key kind; a row whose limit rejects (logged at
     # info, below the error log's level for requests: it measures rejecting, not writing one
     # error.log line per request); sliding with many keys
@@ -245,6 +264,9 @@ def table():
     t += [Case("redis", "one", "gcra", quota="requests=1 period=1h", log="info", reject=True,
                suffix="rejected", note="rejected (429)"),
           Case("redis", "many", "sliding")]
+    # concurrency zones in Redis (a sorted-set member per request: taken in the script call,
+    # given back by a pipelined ZREM), x key kind: against redis-gcra of the same key kind
+    t += [Case("redis", kind, CONC) for kind in KINDS]
     # sync=100ms: sync mode x key kind; and lease with a quota the one-key load nears (a lease's
     # units drain with the global level: on a key used far below its rate they drain away
     # before they are spent, and requests wait for grants)
@@ -289,17 +311,25 @@ def sync_bases(case):
     return [n, ("redis-tls-" if case.tls else "redis-") + n]
 
 
+def conc_base(case):
+    """a concurrency case's comparison: gcra in the same store, same key kind ("" for others)"""
+    if case.algo != CONC:
+        return ""
+    return dataclasses.replace(case, algo="gcra").name
+
+
 def baselines(case, names):
     """the cases a case is compared with, which a selection keeps: plain of its key kind and
     workers, limit_req of its key kind, plain + the same headers (one-key rows with headers),
-    for a sync case the same limit in shared memory and in Redis per request, and for a TLS
-    case its plain-TCP twin"""
+    for a sync case the same limit in shared memory and in Redis per request, for a concurrency
+    case gcra in the same store, and for a TLS case its plain-TCP twin"""
     b = [plain_of(case.kind, case.workers, names)]
     if case.check.startswith("module"):
         b.append(lr_of(case.kind, case.workers))
     if case.check == "module" and case.kind == "one" and case.workers == 1:
         b.append("plain-headers")
     b += sync_bases(case)
+    b.append(conc_base(case))
     b.append(case.twin)
     return [n for n in b if n]
 

@@ -58,7 +58,9 @@ CASES=(
 )
 for a in gcra token leaky sliding fixed log; do CASES+=("ratelimit $a|ratelimit zone=z_$a; empty_gif;"); done
 CASES+=("ratelimit gcra, tier (rate and burst from a map)|ratelimit zone=z_tier; empty_gif;")
-[[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis|ratelimit zone=z_redis; empty_gif;")
+CASES+=("ratelimit concurrency=1000000 (a slot taken and given back)|ratelimit zone=z_conc; empty_gif;")
+[[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis|ratelimit zone=z_redis; empty_gif;"
+    "ratelimit concurrency=1000000, Redis|ratelimit zone=z_rconc; empty_gif;")
 if [[ -n $redis_port && ${SYNC:-off} == on ]]; then
     CASES+=("ratelimit gcra, Redis, sync=100ms optimistic|ratelimit zone=z_sync; empty_gif;"
         "ratelimit gcra, Redis, sync=100ms lease|ratelimit zone=z_lease; empty_gif;")
@@ -77,9 +79,11 @@ fi
     echo "  ratelimit_zone z_log key=one requests=1000000 period=1s algo=log size=16m;"
     echo "  map \$host \$tier_rate { default 1000000000/1s; } map \$host \$tier_burst { default 1000; }"
     echo "  ratelimit_zone z_tier key=one rate=\$tier_rate default_rate=1r/s burst=\$tier_burst size=1m;"
+    echo "  ratelimit_zone z_conc key=one concurrency=1000000 size=1m;"
     if [[ -n $redis_port ]]; then
         echo "  ratelimit_redis r 127.0.0.1:$redis_port timeout=1s;"
         echo "  ratelimit_zone z_redis key=one $quota burst=1000 redis=r;"
+        echo "  ratelimit_zone z_rconc key=one concurrency=1000000 redis=r;"
         if [[ ${SYNC:-off} == on ]]; then
             echo "  ratelimit_zone z_sync key=one $quota burst=1000 redis=r sync=100ms size=1m;"
             echo "  ratelimit_zone z_lease key=one $quota burst=1000 redis=r sync=100ms sync_mode=lease size=1m;"

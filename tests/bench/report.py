@@ -41,6 +41,9 @@ def figures(raw):
       calls_1k      script calls (EVAL, EVALSHA, FCALL and their _RO forms) per 1000 requests:
                     all the module sends once connected (checks, refunds, sync rounds,
                     heartbeats, lease asks)
+      cmd_1k        {command: calls per 1000 requests} of every command Redis ran (INFO
+                    commandstats; inside scripts too; INFO left out); None for runs kept before
+                    it was recorded
       conns, conns_1k   connections the server accepted from nginx during the run (INFO stats'
                     total_connections_received, the bench's own redis-cli runs left out), and
                     per 1000 requests: on a TLS server (tls), each one a TLS handshake"""
@@ -57,7 +60,7 @@ def figures(raw):
         "requests": n, "non2xx": raw["non2xx"], "sock": raw["sock"], "elog": raw["elog"],
     }
     redis = {k: None for k in ("redis_pct", "redis_node_pct", "redis_ms_1k_checks", "checks_per_call",
-                               "cmds_1k", "info_cpu_ms_1k", "calls_1k", "conns", "conns_1k")}
+                               "cmds_1k", "info_cpu_ms_1k", "calls_1k", "conns", "conns_1k", "cmd_1k")}
     redis["tls"] = bool(raw.get("redis_tls"))
     if raw["redis"]:
         node = [t / hz for t in raw["redis_node_ticks"]]
@@ -70,6 +73,8 @@ def figures(raw):
             cmds_1k=1000 * raw["commands"] / n if n else 0.0,
             info_cpu_ms_1k=1e6 * raw["redis_info_cpu"] / n if n else 0.0,
             calls_1k=1000 * k / n if n else 0.0)
+        if "cmdstats" in raw:                     # runs kept before it was recorded have none
+            redis.update(cmd_1k={k: 1000 * v / n if n else 0.0 for k, v in raw["cmdstats"].items()})
         if "redis_conns" in raw:                  # runs kept before it was counted have none
             redis.update(conns=raw["redis_conns"], conns_1k=1000 * raw["redis_conns"] / n if n else 0.0)
     f.update(redis)
@@ -128,6 +133,22 @@ class Runs:
         rounds = self.figs[name]
         parts = len(rounds[0][key] or [])
         return "/".join("%.0f" % median(f[key][j] for f in rounds) for j in range(parts))
+
+    def cmd(self, name, command):
+        """the median over rounds of one command's calls per 1000 requests (0 in a round
+        that ran none); None if the runs did not record them"""
+        rounds = self.figs[name]
+        if any(f["cmd_1k"] is None for f in rounds):
+            return None
+        return median(f["cmd_1k"].get(command, 0.0) for f in rounds)
+
+    def commands(self, name):
+        """every command the runs of that case ran, most called first (median per 1000 requests)"""
+        rounds = self.figs[name]
+        if any(f["cmd_1k"] is None for f in rounds):
+            return []
+        names = set().union(*(f["cmd_1k"] for f in rounds))
+        return sorted(((c, self.cmd(name, c)) for c in names), key=lambda x: (-x[1], x[0]))
 
     def ratio_num(self, name, base, key="rps", invert=False):
         """the median over rounds of key(name) / key(base) within the same round (rounds are
@@ -205,7 +226,7 @@ def report(meta, runs, out=sys.stdout):
         vs_lr = "-" if c.check.startswith("plain") else ratio(n, C.lr_of(c.kind, c.workers))
         vs_ph = "-"
         if (c.kind == "one" and c.workers == 1 and c.check.startswith("module") and c.check != "module-noheaders"
-                and "plain-headers" in runs):
+                and c.algo != C.CONC and "plain-headers" in runs):   # a concurrency zone's headers differ
             vs_ph = ratio(n, "plain-headers")
         rps = [f["rps"] for f in runs.figs[n]]
         m = col(n, "rps")
@@ -254,10 +275,13 @@ def report(meta, runs, out=sys.stdout):
   below the log's level: the row measures rejecting, not writing an error.log line per request).
   limit_req: rate=100000000r/s, limit_req burst=1000000 nodelay (a burst because limit_req counts all the
   requests of one millisecond against it).
+  concurrency=1000000 rows: an in-flight limit never reached (wrk keeps at most {inflight} requests in flight),
+  in shared memory and in Redis (hold=30s, the default), the same whatever the key kind.
   sync=100ms rows: the same quotas as the Redis rows; "lease, 300000r/s burst=3000000": a quota the one-key
   load nears (a lease's units drain with the global level: on a key used far below its rate they drain
   away before they are spent, and requests wait for grants).""".format(
         kl=kl, conns=s["CONNS"], pipeline=s["PIPELINE"], lat=s["LAT_DURATION"], ncpu=ncpu,
+        inflight=s["CONNS"] * s["PIPELINE"],
         other_max=s["OTHER_MAX"], retries=s["RETRIES"]))
     p()
     p("Sanity checks:")
@@ -282,7 +306,8 @@ def report(meta, runs, out=sys.stdout):
         c = runs.ratio_num(name, base, "us_per_req", invert=True)
         p("  %-40s %-20s req/s %.3fx %-8s CPU %.3fx %s" % (label, name, r, met(r >= minimum), c, met(c >= minimum)))
 
-    shm = [c for c in sel if c.check.startswith("module") and not c.redis]
+    # the rate zones' targets (the concurrency zones': in conc_report, against gcra)
+    shm = [c for c in sel if c.check.startswith("module") and not c.redis and c.algo != C.CONC]
     for c in shm:
         if c.check != "module-reject" and c.kind == "one":
             target("one key >= 0.97x plain:", c.name, "plain", 0.97)
@@ -293,7 +318,7 @@ def report(meta, runs, out=sys.stdout):
         if c.check != "module-reject" and c.kind == "many":
             target("%s keys >= 1.0x limit_req %s keys:" % (kl, kl), c.name, "limit_req-1M", 1.0)
     for c in sel:
-        if c.check == "module" and c.workers == 1 and c.store == "redis":
+        if c.check == "module" and c.workers == 1 and c.store == "redis" and c.algo != C.CONC:
             target("Redis, allowed >= 0.75x plain:", c.name, C.plain_of(c.kind, 1, names), 0.75)
 
     if has_redis:
@@ -376,10 +401,61 @@ def report(meta, runs, out=sys.stdout):
             calls = col(n, "calls_1k")
             p("  %-40s %-20s %s Redis calls per 1000 requests %s" % (
                 "hot key: <= 10 Redis calls per 1000:", n, fmt("%.3f", calls), met(calls is not None and calls <= 10)))
+    conc_report(sel, runs, target, kl, names)
     tls_report(meta, sel, runs, target, kl)
     p()
     p("Reproduce: " + meta["repro"])
     p("Total time: %dm%ds" % (meta["elapsed"] // 60, meta["elapsed"] % 60))
+
+
+def conc_report(sel, runs, target, kl, names, out=sys.stdout):
+    """Concurrency zones against gcra in the same store and key kind (C.conc_base), same run;
+    for Redis, every command it ran per request (the script call and the commands inside it,
+    the ZREM of the release, the refreshes), from INFO commandstats"""
+    def p(line=""):
+        print(line, file=out)
+
+    rows = [c for c in sel if c.algo == C.CONC and c.name in runs and C.conc_base(c) in runs]
+    if not rows:
+        return
+    col = runs.col
+    p()
+    p("Concurrency zones (concurrency=%d: a slot taken and given back per request) against gcra in the same store and" % C.CONC_LIMIT)
+    p("key kind, same run (ratios: median over rounds of the same-round ratio; Redis: INFO commandstats and INFO cpu")
+    p("before and after each run; commands: every command Redis ran, those inside the script call too, per request):")
+    p()
+    p("| case | keys | req/s | vs plain | rate zone (gcra) req/s | vs rate zone | nginx CPU/req case / rate zone "
+      "| Redis script calls per request | Redis commands per request | of which, per request | Redis CPU per 1000 requests "
+      "| non-2xx / error.log lines |")
+    p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+
+    def per_req(v, spec="%.3f"):
+        return fmt(spec, None if v is None else v / 1000)
+
+    def detail(n):
+        return ", ".join("%s %.3f" % (cmd.upper(), v / 1000) for cmd, v in runs.commands(n) if v >= 1) or "-"
+
+    for c in rows:
+        n, b = c.name, C.conc_base(c)
+        for name, label in ((n, c.label), (b, C.by_name()[b].label + " (the rate zone)")):
+            red = bool(C.by_name()[name].redis)
+            p("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %d / %d |" % (
+                label, kl if c.kind == "many" else "1", int(col(name, "rps") + 0.5),
+                runs.ratio(name, C.plain_of(c.kind, 1, names)),
+                "%d" % int(col(b, "rps") + 0.5) if name == n else "-",
+                "%.2fx" % runs.ratio_num(n, b) if name == n else "-",
+                "%.2f / %.2f us" % (col(n, "us_per_req"), col(b, "us_per_req")) if name == n else "-",
+                per_req(col(name, "calls_1k")) if red else "-", per_req(col(name, "cmds_1k"), "%.2f") if red else "-",
+                detail(name) if red else "-", fmt("%.3f ms", col(name, "info_cpu_ms_1k")) if red else "-",
+                runs.total(name, "non2xx"), runs.total(name, "elog")))
+    p()
+    p("Concurrency targets (reported, not enforced):")
+    for c in rows:
+        if c.store == "shm":
+            target("concurrency, shm >= 0.95x gcra:", c.name, C.conc_base(c), 0.95)
+    for c in rows:
+        if c.store == "redis":
+            target("concurrency, Redis >= 0.8x Redis gcra:", c.name, C.conc_base(c), 0.8)
 
 
 def tls_report(meta, sel, runs, target, kl, out=sys.stdout):

@@ -10,6 +10,7 @@
 #   CASES='redis|cluster' tests/bench/run.sh          (the Redis and Redis Cluster rows only)
 #   CASES='^sync-' tests/bench/run.sh     (the sync=100ms rows, with the rows they are compared with)
 #   CASES='tls' tests/bench/run.sh        (the rows over TLS, with their plain-TCP twins)
+#   CASES='concurrency' tests/bench/run.sh  (concurrency zones, with the gcra rows of the same store)
 #
 # Settings (environment):
 #   DURATION   seconds measured per case and round            (10)
@@ -17,7 +18,7 @@
 #   ROUNDS     measurements per case; the median is reported   (3)
 #   CASES      extended regex on case names (see cases.py); the baselines each selected case
 #              is compared with (plain, limit_req of the same key kind; a TLS row's plain-TCP
-#              twin) are always kept                                              (all)
+#              twin; a concurrency row's gcra row in the same store) are always kept  (all)
 #   CONNS      wrk connections                                 (50)
 #   PIPELINE   requests wrk writes at once on a connection (HTTP/1.1 pipelining); 1: one request
 #              per write, as before this setting existed (then wrk, not nginx, sets the pace)  (16)
@@ -102,6 +103,14 @@
 # total_connections_received of the TLS server before and after each measured run, less the
 # bench's own redis-cli runs (each one connection), per 1000 requests (one handshake per
 # connection, not per request: ~0 expected), and over the whole run per server.
+# Concurrency rows (concurrency, concurrency-1M, redis-concurrency, redis-concurrency-1M): a zone
+# with `concurrency=1000000` (at most that many requests of a key in flight; never reached) in
+# shared memory or in Redis (hold=30s, the default), keyed as the other rows; requests are short
+# (empty_gif), so each request takes a slot and gives it back: that is the cost measured. Each is
+# compared with gcra in the same store and key kind (a table after the main one), with every
+# command Redis ran per request (INFO commandstats: the script call, the commands inside it, the
+# ZREM of each release, the refreshes). A Redis concurrency key lives only while a request
+# holds a slot (the release deletes it), so the redis-concurrency-1M zone is not filled.
 # The cluster nodes are not pinned by default: pinned together to one CPU, 3 primaries could
 # only share the CPU 1 primary has, which rules out by construction what the cluster rows look
 # for (whether more primaries bring more throughput); unpinned they may spread over both CPUs.
