@@ -175,6 +175,35 @@ TEST(RedisCommand, ReleaseAndRefreshOfSlots) {
     EXPECT_EQ(release("", c).substr(0, 10), "*1000002\r\n");
 }
 
+TEST(RedisCommand, ReleaseAndRefreshOfSeveralRequestsOfOneKey) {
+    rl::Policy p = rltest::policy(rl::Algo::concurrency, 10, 30 * kSec);
+    rl::Policy q = rltest::policy(rl::Algo::concurrency, 10, 60 * kSec);  // a tier's longer hold
+    rl::RedisCheck c[2];
+    for (auto& x : c) {
+        x.zone = "api";
+        x.hash = rl::KeyHash{0x2, 0x1};
+        x.cost = 1;
+        x.owner = 5;
+    }
+    c[0].policy = &p;
+    c[0].seq = 17;
+    c[1].policy = &q;
+    c[1].seq = 40;
+    const std::string key = "$50\r\n{api:00000000000000010000000000000002}:concurrency\r\n";
+    std::string rel = two_pass([&] { return rl::release_command_len("", c, 2); },
+                               [&](char* b) { return rl::write_release_command(b, "", c, 2); });
+    EXPECT_EQ(rel, "*4\r\n$4\r\nZREM\r\n" + key + "$4\r\n5.17\r\n$4\r\n5.40\r\n");
+    std::string ref = two_pass([&] { return rl::refresh_command_len("", c, 2, 9); },
+                               [&](char* b) { return rl::write_refresh_command(b, "", c, 2, 9); });
+    EXPECT_EQ(ref, "*7\r\n$4\r\nZADD\r\n" + key + "$2\r\nXX\r\n$1\r\n9\r\n$4\r\n5.17\r\n$1\r\n9\r\n$4\r\n5.40\r\n"
+                   "*3\r\n$7\r\nPEXPIRE\r\n" + key + "$5\r\n60001\r\n");  // the longest hold
+    EXPECT_EQ(rl::release_command_len("", c, 0), 0u);
+    // One check through either API: the same bytes.
+    EXPECT_EQ(two_pass([&] { return rl::release_command_len("", c, 1); },
+                       [&](char* b) { return rl::write_release_command(b, "", c, 1); }),
+              release("", c[0]));
+}
+
 // The RESP of a batch through the two-pass API; checks the passes agree and stay in bounds.
 std::string batch(rl::CommandScript script, bool injected, std::string_view prefix,
                   const std::vector<rl::RedisGroup>& groups, int64_t now) {

@@ -88,31 +88,41 @@ void bulk_member(Resp& r, const RedisCheck& c, int64_t i) {
                    [&](char* at) { concurrency_member(at, c.owner, c.seq, slot); });
 }
 
-size_t release_command(char* buf, std::string_view prefix, const RedisCheck& c) {
-    const int64_t n = slot_count(c);
+// Checks of one key (the first's zone and hash), every slot of each.
+size_t release_command(char* buf, std::string_view prefix, const RedisCheck* cs, size_t n) {
+    size_t members = 0;
+    for (size_t k = 0; k < n; k++) members += static_cast<size_t>(slot_count(cs[k]));
     Resp r(buf);
-    r.array(2 + static_cast<size_t>(n));
+    r.array(2 + members);
     r.bulk("ZREM");
-    r.bulk_key(prefix, c.zone, c.hash, Algo::concurrency);
-    for (int64_t i = 0; i < n; i++) bulk_member(r, c, i);
+    r.bulk_key(prefix, cs[0].zone, cs[0].hash, Algo::concurrency);
+    for (size_t k = 0; k < n; k++) {
+        for (int64_t i = 0; i < slot_count(cs[k]); i++) bulk_member(r, cs[k], i);
+    }
     return r.size();
 }
 
-size_t refresh_command(char* buf, std::string_view prefix, const RedisCheck& c, int64_t score_us) {
-    const int64_t n = slot_count(c);
+size_t refresh_command(char* buf, std::string_view prefix, const RedisCheck* cs, size_t n, int64_t score_us) {
+    size_t members = 0;
+    int64_t hold = 0;
+    for (size_t k = 0; k < n; k++) {
+        members += static_cast<size_t>(slot_count(cs[k]));
+        if (cs[k].policy != nullptr && cs[k].policy->period_us > hold) hold = cs[k].policy->period_us;
+    }
     Resp r(buf);
-    r.array(3 + 2 * static_cast<size_t>(n));
+    r.array(3 + 2 * members);
     r.bulk("ZADD");
-    r.bulk_key(prefix, c.zone, c.hash, Algo::concurrency);
+    r.bulk_key(prefix, cs[0].zone, cs[0].hash, Algo::concurrency);
     r.bulk("XX");
-    for (int64_t i = 0; i < n; i++) {
-        r.bulk_int(score_us);
-        bulk_member(r, c, i);
+    for (size_t k = 0; k < n; k++) {
+        for (int64_t i = 0; i < slot_count(cs[k]); i++) {
+            r.bulk_int(score_us);
+            bulk_member(r, cs[k], i);
+        }
     }
     r.array(3);
     r.bulk("PEXPIRE");
-    r.bulk_key(prefix, c.zone, c.hash, Algo::concurrency);
-    const int64_t hold = c.policy != nullptr ? c.policy->period_us : 0;
+    r.bulk_key(prefix, cs[0].zone, cs[0].hash, Algo::concurrency);
     r.bulk_int((hold + 999) / 1000 + 1);  // the Lua's ttl_ms
     return r.size();
 }
@@ -120,19 +130,36 @@ size_t refresh_command(char* buf, std::string_view prefix, const RedisCheck& c, 
 }  // namespace
 
 size_t release_command_len(std::string_view prefix, const RedisCheck& c) noexcept {
-    return release_command(nullptr, prefix, c);
+    return release_command(nullptr, prefix, &c, 1);
 }
 
 size_t write_release_command(char* buf, std::string_view prefix, const RedisCheck& c) noexcept {
-    return release_command(buf, prefix, c);
+    return release_command(buf, prefix, &c, 1);
+}
+
+size_t release_command_len(std::string_view prefix, const RedisCheck* checks, size_t n) noexcept {
+    return n > 0 ? release_command(nullptr, prefix, checks, n) : 0;
+}
+
+size_t write_release_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n) noexcept {
+    return n > 0 ? release_command(buf, prefix, checks, n) : 0;
 }
 
 size_t refresh_command_len(std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept {
-    return refresh_command(nullptr, prefix, c, score_us);
+    return refresh_command(nullptr, prefix, &c, 1, score_us);
 }
 
 size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept {
-    return refresh_command(buf, prefix, c, score_us);
+    return refresh_command(buf, prefix, &c, 1, score_us);
+}
+
+size_t refresh_command_len(std::string_view prefix, const RedisCheck* checks, size_t n, int64_t score_us) noexcept {
+    return n > 0 ? refresh_command(nullptr, prefix, checks, n, score_us) : 0;
+}
+
+size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
+                             int64_t score_us) noexcept {
+    return n > 0 ? refresh_command(buf, prefix, checks, n, score_us) : 0;
 }
 
 size_t batch_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisGroup* groups,

@@ -179,6 +179,14 @@ size_t write_release_command(char* buf, std::string_view prefix, const RedisChec
 size_t refresh_command_len(std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept;
 size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck& c, int64_t score_us) noexcept;
 
+// The same for n > 0 checks of one key (checks[0]'s zone and hash): every slot of each in one
+// ZREM, or in one ZADD ... XX (then one PEXPIRE of the longest hold). 0 when n is 0.
+size_t release_command_len(std::string_view prefix, const RedisCheck* checks, size_t n) noexcept;
+size_t write_release_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n) noexcept;
+size_t refresh_command_len(std::string_view prefix, const RedisCheck* checks, size_t n, int64_t score_us) noexcept;
+size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
+                             int64_t score_us) noexcept;
+
 // Reads the reply of a one-group call (already parsed into its n integers) into
 // out[0..nchecks), as decode_batch_reply does. The call admitted the request iff
 // values[0] == 1, which is iff every out[i].allowed.

@@ -64,6 +64,8 @@ struct rl_redis_t {
     // held.cpp: in-flight slots this worker's requests hold here, refreshed every refresh_ms
     ngx_queue_t held;
     ngx_event_t held_refresh;
+    ngx_queue_t releasing;    // given back in this loop turn: sent together at its end
+    ngx_event_t held_release;
     ngx_msec_t refresh_ms;    // a third of the shortest hold= of its concurrency zones (0: none)
     int64_t clock_offset_us;  // Redis's clock minus ours, as the last decide reply showed it
     // Called when a node's connection fails or its server says it cannot take writes

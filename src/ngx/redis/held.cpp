@@ -31,48 +31,98 @@ void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     rl_node_log_reply(node, static_cast<const char*>(op->data), reply);
 }
 
-rl_redis_node_t* usable_node(rl_held_t* held) {
+constexpr ngx_uint_t kPerCommand = 64;  // requests' slots per ZREM or ZADD: bounds one command
+
+bool same_key(const rl_held_t* a, const rl_held_t* b) {
+    return a->slot == b->slot && a->check.hash == b->check.hash && a->check.zone == b->check.zone;
+}
+
+// Takes from `from` the first held slot and up to kPerCommand - 1 more of its key, in `out`
+// (their checks in `checks`); they are moved to `to` (or left where they are when `to` is
+// nullptr and they stay held). Returns how many.
+ngx_uint_t take_key(ngx_queue_t* from, ngx_queue_t* to, ngx_queue_t** cursor, rl::RedisCheck* checks,
+                    rl_held_t** out) {
+    ngx_queue_t* q = *cursor;
+    rl_held_t* first = ngx_queue_data(q, rl_held_t, link);
+    ngx_uint_t n = 0;
+    for (ngx_queue_t* next; q != ngx_queue_sentinel(from) && n < kPerCommand; q = next) {
+        next = ngx_queue_next(q);
+        rl_held_t* held = ngx_queue_data(q, rl_held_t, link);
+        if (n > 0 && !same_key(first, held)) continue;
+        out[n] = held;
+        checks[n++] = held->check;
+        if (to != nullptr) {
+            ngx_queue_remove(q);
+            ngx_queue_insert_tail(to, q);
+        }
+    }
+    *cursor = to != nullptr ? ngx_queue_head(from) : ngx_queue_next(&first->link);
+    return n;
+}
+
+// Sends one command of `len` bytes (or two: ZADD, then PEXPIRE from `split`: one op per command,
+// so that replies stay matched to commands even when the second cannot be queued).
+void send(rl_held_t* held, const char* buf, size_t len, size_t split, const char* what) {
     rl_redis_node_t* node = node_for(held->redis, held->slot);
-    return node != nullptr && rl_node_can_take(node, 0) ? node : nullptr;
+    if (node == nullptr || !rl_node_can_take(node, 0)) return;
+    auto* cmd = reinterpret_cast<const u_char*>(buf);
+    auto* data = const_cast<char*>(what);
+    if (split == 0) {
+        rl_node_send(node, cmd, len, on_reply, data, 0);
+    } else if (rl_node_send(node, cmd, split, on_reply, data, 0) != nullptr) {
+        rl_node_send(node, cmd + split, len - split, on_reply, data, 0);
+    }
 }
 
-void release(rl_held_t* held) {
-    rl_redis_node_t* node = usable_node(held);
-    if (node == nullptr) return;
-    std::string_view prefix = rl_sv(held->redis->prefix);
-    auto* buf = static_cast<char*>(rl_redis_scratch(held->redis, rl::release_command_len(prefix, held->check)));
-    if (buf == nullptr) return;
-    size_t len = rl::write_release_command(buf, prefix, held->check);
-    rl_node_send(node, reinterpret_cast<u_char*>(buf), len, on_reply, const_cast<char*>("a slot's release failed"), 0);
-}
-
-// ZADD ... XX and PEXPIRE: one op per command, so that replies stay matched to commands even
-// when the second cannot be queued.
-void refresh(rl_held_t* held, int64_t score) {
-    static const char kExpire[] = "*3\r\n$7\r\nPEXPIRE\r\n";
-    rl_redis_node_t* node = usable_node(held);
-    if (node == nullptr) return;
-    std::string_view prefix = rl_sv(held->redis->prefix);
-    auto* buf = static_cast<char*>(rl_redis_scratch(held->redis, rl::refresh_command_len(prefix, held->check, score)));
-    if (buf == nullptr) return;
-    size_t len = rl::write_refresh_command(buf, prefix, held->check, score);
-    std::string_view both(buf, len);
-    size_t split = both.rfind(kExpire);
-    if (split == std::string_view::npos || split == 0) return;
-    auto* what = const_cast<char*>("a slot's refresh failed");
-    auto* cmd = reinterpret_cast<u_char*>(buf);
-    if (rl_node_send(node, cmd, split, on_reply, what, 0) == nullptr) return;
-    rl_node_send(node, cmd + split, len - split, on_reply, what, 0);
+// Slots given back in this loop turn, one ZREM per key (a hot key's requests end together).
+void on_release(ngx_event_t* ev) noexcept {
+    auto* redis = static_cast<rl_redis_t*>(ev->data);
+    std::string_view prefix = rl_sv(redis->prefix);
+    ngx_queue_t done;
+    ngx_queue_init(&done);
+    rl::RedisCheck checks[kPerCommand];
+    rl_held_t* group[kPerCommand];
+    ngx_queue_t* cursor = ngx_queue_head(&redis->releasing);
+    while (!ngx_queue_empty(&redis->releasing)) {
+        ngx_uint_t n = take_key(&redis->releasing, &done, &cursor, checks, group);
+        auto* buf = static_cast<char*>(rl_redis_scratch(redis, rl::release_command_len(prefix, checks, n)));
+        if (buf != nullptr) {
+            send(group[0], buf, rl::write_release_command(buf, prefix, checks, n), 0, "a slot's release failed");
+        }
+    }
+    while (!ngx_queue_empty(&done)) {
+        ngx_queue_t* q = ngx_queue_head(&done);
+        ngx_queue_remove(q);
+        ngx_free(ngx_queue_data(q, rl_held_t, link));
+    }
 }
 
 void on_refresh(ngx_event_t* ev) noexcept {
+    static const char kExpire[] = "*3\r\n$7\r\nPEXPIRE\r\n";
     auto* redis = static_cast<rl_redis_t*>(ev->data);
-    int64_t now = local_now_us() + redis->clock_offset_us;
-    for (ngx_queue_t* q = ngx_queue_head(&redis->held); q != ngx_queue_sentinel(&redis->held); q = ngx_queue_next(q)) {
-        rl_held_t* held = ngx_queue_data(q, rl_held_t, link);
-        refresh(held, now + held->policy.period_us);
+    std::string_view prefix = rl_sv(redis->prefix);
+    rl::RedisCheck checks[kPerCommand];
+    rl_held_t* group[kPerCommand];
+    // Redis's clock now, as the last reply showed it: every slot lives `hold` from here.
+    int64_t score = local_now_us() + redis->clock_offset_us;
+    // One pass per key: the slots of a key are moved to the end as they are sent.
+    ngx_queue_t sent;
+    ngx_queue_init(&sent);
+    ngx_queue_t* cursor = ngx_queue_head(&redis->held);
+    while (!ngx_queue_empty(&redis->held)) {
+        ngx_uint_t n = take_key(&redis->held, &sent, &cursor, checks, group);
+        int64_t hold = 0;
+        for (ngx_uint_t i = 0; i < n; i++) hold = checks[i].policy->period_us > hold ? checks[i].policy->period_us : hold;
+        size_t len = rl::refresh_command_len(prefix, checks, n, score + hold);
+        auto* buf = static_cast<char*>(rl_redis_scratch(redis, len));
+        if (buf == nullptr) continue;
+        len = rl::write_refresh_command(buf, prefix, checks, n, score + hold);
+        size_t split = std::string_view(buf, len).rfind(kExpire);
+        if (split != std::string_view::npos && split > 0) send(group[0], buf, len, split, "a slot's refresh failed");
     }
-    if (!ngx_queue_empty(&redis->held)) ngx_add_timer(ev, redis->refresh_ms);
+    if (ngx_queue_empty(&sent)) return;  // nothing held: the next slot taken starts the timer
+    ngx_queue_add(&redis->held, &sent);
+    ngx_add_timer(ev, redis->refresh_ms);
 }
 
 }  // namespace
@@ -112,10 +162,11 @@ rl_held_t* rl_held_add(rl_redis_t* redis, const rl::RedisCheck& check, uint16_t 
 }
 
 void rl_held_release(rl_held_t* held) noexcept {
-    release(held);
+    rl_redis_t* redis = held->redis;
     ngx_queue_remove(&held->link);
+    ngx_queue_insert_tail(&redis->releasing, &held->link);
     if (held->metrics != nullptr) rl_metrics_add(&held->metrics->in_flight, -1);
-    ngx_free(held);
+    ngx_post_event(&redis->held_release, &ngx_posted_events);  // (once: it checks)
 }
 
 void rl_held_init(rl_redis_t* redis) noexcept {
@@ -124,13 +175,22 @@ void rl_held_init(rl_redis_t* redis) noexcept {
     redis->held_refresh.data = redis;
     redis->held_refresh.log = redis->conn.log;
     redis->held_refresh.cancelable = 1;  // an old worker refreshes while its requests run, but waits for none
+    ngx_queue_init(&redis->releasing);
+    redis->held_release.handler = on_release;
+    redis->held_release.data = redis;
+    redis->held_release.log = redis->conn.log;
 }
 
 void rl_held_exit(rl_redis_t* redis) noexcept {
     if (redis->held_refresh.timer_set) ngx_del_timer(&redis->held_refresh);
-    while (!ngx_queue_empty(&redis->held)) {
-        ngx_queue_t* q = ngx_queue_head(&redis->held);
-        ngx_queue_remove(q);
-        ngx_free(ngx_queue_data(q, rl_held_t, link));
+    if (redis->held_release.posted) {  // (a macro of several statements)
+        ngx_delete_posted_event(&redis->held_release);
+    }
+    for (ngx_queue_t* list : {&redis->held, &redis->releasing}) {
+        while (!ngx_queue_empty(list)) {
+            ngx_queue_t* q = ngx_queue_head(list);
+            ngx_queue_remove(q);
+            ngx_free(ngx_queue_data(q, rl_held_t, link));
+        }
     }
 }

@@ -31,7 +31,8 @@ void rl_held_clock(rl_redis_t* redis, int64_t redis_now_us) noexcept;
 // until rl_held_release. nullptr without memory (the slot then expires after hold).
 rl_held_t* rl_held_add(rl_redis_t* redis, const rl::RedisCheck& check, uint16_t slot,
                        rl_metrics_zone_t* metrics) noexcept;
-// The request is over: its slot goes back (ZREM, not awaited) and is no longer refreshed.
+// The request is over: its slot goes back (a ZREM at the end of the loop turn, one per key for
+// all the slots given back meanwhile, not awaited) and is no longer refreshed.
 void rl_held_release(rl_held_t* held) noexcept;
 // Worker start and exit.
 void rl_held_init(rl_redis_t* redis) noexcept;
