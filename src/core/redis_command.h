@@ -61,7 +61,9 @@
 // the caller's seq advances by the cost), scored by its expiry on Redis's clock (now + hold, us).
 // decide counts the members of score > now (ZCOUNT), decides as decide_concurrency on that
 // count, and on admission drops the others, adds the slots and sets the key's TTL to the hold
-// (ceil ms + 1). refund removes the check's slots (ZREM), then reports a cost-0 check. N above
+// (ceil ms + 1). A batch (several groups) reads each concurrency key once, counts the slots its
+// groups admit on top, and writes each key once at the end of the call (ZREMRANGEBYSCORE, one
+// ZADD of all its admitted slots, PEXPIRE): the same decisions. refund removes the check's slots (ZREM), then reports a cost-0 check. N above
 // kMaxConcurrency is a bad check. The writers below release and refresh slots without the
 // Lua. Its State for the C++ core: a = slots taken.
 //

@@ -6,7 +6,8 @@
 //
 // Written for Redis's cost (measured with tests/bench/redis_lua.sh): no table per check
 // (multiple return values instead); one struct.unpack of doubles per check instead of ten
-// tonumber()s; in a batch, each state read once (GET) and written once (SET ... PX); `run`
+// tonumber()s; in a batch, each state read once (GET) and written once (SET ... PX), and each
+// concurrency key read once (ZCOUNT) and written once (ZREMRANGEBYSCORE, ZADD, PEXPIRE); `run`
 // dispatches and reads the states itself, as each Lua call on a check's path costs a few
 // percent of it. Under EVAL every local function is a new closure on every call (about 3 us
 // of Redis's time per call for the 26 of them), which FCALL does not pay: FCALL is the way to
@@ -344,10 +345,15 @@ constexpr char kConcurrency[] = R"lua(
 -- concurrency.cpp: the key is a sorted set of the slots taken, member "<owner>.<seq + i>" for
 -- slot i of a check (owner and seq come in the record's burst and at), scored by its expiry ----
 
--- The decision on taking `cost` slots; the expired ones (score <= now) do not count. Only
--- reads: an admission drops them (commit), so a rejection or a bad record writes nothing.
-local function decide_concurrency(key, now, cost, req)
-  local taken, ok, retry = call('ZCOUNT', key, '(' .. fmt('%d', now), '+inf'), false, 0
+-- The slots taken: the members not expired (score > now). Only reads: an admission drops the
+-- expired ones (commit), so a rejection or a bad record writes nothing.
+local function taken_slots(key, now)
+  return call('ZCOUNT', key, '(' .. fmt('%d', now), '+inf')
+end
+
+-- The decision on taking `cost` slots of the `taken` ones.
+local function decide_concurrency(taken, cost, req)
+  local ok, retry = false, 0
   if cost > req then
     retry = -1
   elseif cost == 0 or taken + cost <= req then
@@ -475,11 +481,25 @@ local function ttl_ms(reset)
 end
 
 -- Admits one check: what its decide_* returned as w = true, x, y, z. A batch (S) keeps its hash
--- states, and the TTL of each from its last change, to write each key once, at the end; a log
--- or a concurrency key is written at once, so that the next groups read it. reset: when the
--- key is worth a fresh one (for the concurrency, the hold; x, y, z: score, owner, seq).
-local function commit(S, TTL, key, algo, cost, reset, x, y, z)
-  if algo == 6 then
+-- states, and the TTL of each from its last change, to write each key once, at the end; and so
+-- its concurrency keys (Z: see run), whose count it keeps; a log is written at once, so that
+-- the next groups read it. reset: when the key is worth a fresh one (for the concurrency, the
+-- hold; x, y, z: score, owner, seq).
+local function commit(S, TTL, Z, key, algo, cost, reset, x, y, z)
+  if algo == 6 and Z then
+    local e, score = Z[key], fmt('%d', x)
+    local m = e[3]
+    e[1], e[2] = e[1] + cost, ttl_ms(reset)
+    for i = 0, cost - 1 do
+      if m == 4000 then  -- unpack has a stack limit: the slots so far go now (any order will do)
+        call('ZADD', key, unpk(e, 4, 3 + m))
+        m = 0
+      end
+      e[m + 4], e[m + 5] = score, fmt('%d.%d', y, z + i)
+      m = m + 2
+    end
+    e[3] = m
+  elseif algo == 6 then
     call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', x - reset))  -- x - reset: now
     slots('ZADD', key, fmt('%d', x), y, z, cost)
     call('PEXPIRE', key, fmt('%d', ttl_ms(reset)))
@@ -509,10 +529,10 @@ local function shape(blob)
 end
 
 -- Each record is checked before its group decides: a bad one fails the call, and a single
--- group then has written nothing. A batch writes its hash states at the end, but a log or a
--- concurrency key as soon as its group is admitted: a batch with either (or a bad algorithm)
--- checks all its records first, so that it never stops halfway. The number of its first bad
--- check, if any.
+-- group then has written nothing. A batch writes its hash states and its concurrency keys at
+-- the end, but a log as soon as its group is admitted, and a concurrency key's slots beyond
+-- 2000 or a refund's at once: a batch with either (or a bad algorithm) checks all its records
+-- first, so that it never stops halfway. The number of its first bad check, if any.
 local function first_bad(blob)
   local size, p, full = #blob, 1, false
   while p <= size and not full do
@@ -567,9 +587,16 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
   local now = clock(argv)
   if not now then return redis.error_reply('ERR ratelimit script: bad time') end
 
-  -- A single group's keys are distinct: it reads and writes them directly.
-  local S, TTL
-  if ngroups > 1 then S, TTL = {}, {} end
+  -- A single group's keys are distinct: it reads and writes them directly. A batch's
+  -- concurrency key is read once (ZCOUNT) and written once, at the end (ZREMRANGEBYSCORE, ZADD,
+  -- PEXPIRE): Z[key] = {slots taken (those read and those admitted since), the TTL of the last
+  -- admission (false: none), m, then m ZADD arguments not written yet}. Not in a refund, whose
+  -- ZREMs change the count.
+  local S, TTL, Z
+  if ngroups > 1 then
+    S, TTL = {}, {}
+    if not refunding then Z = {} end
+  end
   local T  -- a group of several checks: what admitting each one writes, until all have allowed
   local out
   if nkeys == 1 then out = {0, now, 0, 0, 0, 0} else out = {0, now} end  -- sized at once for the common call
@@ -639,7 +666,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             end
             if w and x == a and y == b and z == c then w = false end
             -- A refund that changed the state keeps it, with the TTL of the cost-0 decision on it.
-            if refund_it then commit(S, TTL, key, algo, 0, reset, a, b, c) end
+            if refund_it then commit(S, TTL, Z, key, algo, 0, reset, a, b, c) end
           elseif algo == 5 then
             if refund_it then refund_it = refund_log(key, at, units) end
             ok, rem, reset, retry, w, x, y = decide_log(key, now, cost, req, per)
@@ -649,7 +676,18 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
               if units > 1000000 then units = 1000000 end  -- as the release writer
               slots('ZREM', key, nil, burst, at, units)
             end
-            ok, rem, reset, retry, w = decide_concurrency(key, now, cost, req)
+            local taken
+            if Z then
+              local e = Z[key]
+              if not e then
+                e = {taken_slots(key, now), false, 0}
+                Z[key] = e
+              end
+              taken = e[1]
+            else
+              taken = taken_slots(key, now)
+            end
+            ok, rem, reset, retry, w = decide_concurrency(taken, cost, req)
             if w then x, y, z = now + per, burst, at end
           end
 
@@ -669,7 +707,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             if not ok then
               all = false
             elseif n == 1 then
-              if w then commit(S, TTL, key, algo, units, algo == 6 and per or reset, x, y, z) end
+              if w then commit(S, TTL, Z, key, algo, units, algo == 6 and per or reset, x, y, z) end
             elseif all then
               if not T then T = {} end
               local t = 6 * (i - 1)
@@ -684,7 +722,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
       for i = 1, n do
         local t = 6 * (i - 1)
         if T[t + 1] then
-          commit(S, TTL, keys[k + i], T[t + 6], sunpack('<d', blob, p + (i - 1) * 104 + 64), T[t + 5], T[t + 2],
+          commit(S, TTL, Z, keys[k + i], T[t + 6], sunpack('<d', blob, p + (i - 1) * 104 + 64), T[t + 5], T[t + 2],
                  T[t + 3], T[t + 4])
         end
       end
@@ -696,6 +734,16 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
   end
   if S then
     for key, ms in pairs(TTL) do call('SET', key, S[key], 'PX', fmt('%d', ms)) end
+  end
+  if Z then
+    local t = fmt('%d', now)
+    for key, e in pairs(Z) do
+      if e[2] then
+        call('ZREMRANGEBYSCORE', key, '-inf', t)
+        if e[3] > 0 then call('ZADD', key, unpk(e, 4, 3 + e[3])) end
+        call('PEXPIRE', key, fmt('%d', e[2]))
+      end
+    end
   end
   return out
 end
