@@ -51,12 +51,14 @@ build_deps() {
 test_deps() {
     # redis-server and redis-cli: the tests start their own servers and clusters on loopback;
     # redis-sentinel and Net::DNS (a test DNS server): t/71-redis-sentinel.t, t/72-redis-resolve.t;
-    # openssl and IO::Socket::SSL: the TLS tests make their PKI and talk to Redis over TLS.
+    # openssl and IO::Socket::SSL: the TLS tests make their PKI and talk to Redis over TLS;
+    # fail2ban (fail2ban-regex): t/75-fail2ban.t runs the example filter over a real error log.
     ensure_packages cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
         libhiredis-dev:/usr/include/hiredis/hiredis.h redis-server:redis-server redis-tools:redis-cli \
         redis-sentinel:redis-sentinel libnet-dns-perl:/usr/share/perl5/Net/DNS.pm \
         perl:prove curl:curl wrk:wrk prometheus:promtool python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client \
-        openssl:openssl libio-socket-ssl-perl:/usr/share/perl5/IO/Socket/SSL.pm
+        openssl:openssl libio-socket-ssl-perl:/usr/share/perl5/IO/Socket/SSL.pm \
+        fail2ban:fail2ban-regex
 }
 
 # Configures the nginx tree $1 with objects in $2 (once per tree, arguments and module
@@ -129,12 +131,14 @@ upstream_tests() {
         touch "$dir/$name/configure"
     fi
     log "building $name and the module against it"
-    # t/15 uses auth_request and addition, which are not built by default; ssl_module brings
-    # OpenSSL, which `ratelimit_redis ... ssl` uses through nginx.
+    # t/15 uses auth_request and addition, and t/74 realip, which are not built by default;
+    # ssl_module brings OpenSSL, which `ratelimit_redis ... ssl` uses through nginx; t/80
+    # checks HTTP/2 streams.
     ensure_packages libssl-dev:/usr/include/openssl/ssl.h
     local t0=$SECONDS
     configure_make "$dir/$name" "$dir/objs" "" --with-compat \
-        --with-http_auth_request_module --with-http_addition_module --with-http_ssl_module
+        --with-http_auth_request_module --with-http_addition_module --with-http_ssl_module \
+        --with-http_v2_module --with-http_realip_module
     log "built $name in $((SECONDS - t0)) s"
     test_deps
     log "prove ${*:-t/} against $name"

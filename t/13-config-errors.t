@@ -377,4 +377,81 @@ for my $good (
     is($rc, 0, "$good->[0]: accepted") or diag($out);
 }
 
+# ---------------------------------------------------------- concurrency zones (issue 19)
+# What nginx -t refuses in a zone with concurrency= and on `ratelimit zone=` of such a zone;
+# the messages are matched loosely (the spec's wording, where it gives one).
+{
+    my $R = 'ratelimit_redis r 127.0.0.1:6379;';
+    # A value out of range: the message names the parameter, and is not the "invalid parameter"
+    # of a parameter the directive does not know.
+    my $value_re = sub { my ($p) = @_; return qr/\[emerg\] (?!invalid parameter)[^\n]*\b$p\b/ };
+    my $loc = sub {    # a location applying zone c with the given parameters, marked BAD
+        my ($params) = @_;
+        return <<"C";
+    ratelimit_zone c key=\$arg_k concurrency=5;
+    server { listen 127.0.0.1:%%PORT%%;
+        location / {
+            ratelimit zone=c $params;   # BAD
+            empty_gif;
+        }
+    }
+C
+    };
+    my @conc = (
+        (map { my ($p, $name) = @$_;
+               ["concurrency with $p", "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 $p;   # BAD\n",
+                qr/"$name" cannot be combined with "concurrency" in ratelimit zone "c"/] }
+           ['rate=1r/s', 'rate'], ['default_rate=1r/s', 'default_rate'], ['requests=5', 'requests'],
+           ['period=1m', 'period'], ['burst=3', 'burst'], ['algo=gcra', 'algo'],
+           ['requests=5 period=1m', '(?:requests|period)']),
+        ['concurrency with rate, rate first', "    ratelimit_zone c key=\$arg_k rate=1r/s concurrency=5;   # BAD\n",
+         qr/"rate" cannot be combined with "concurrency" in ratelimit zone "c"/],
+        ['concurrency with sync', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r sync=100ms;   # BAD\n",
+         qr/"sync" cannot be used with "concurrency" in ratelimit zone "c"/],
+        ['concurrency with sync_mode', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r sync_mode=lease;   # BAD\n",
+         qr/"sync(?:_mode)?" cannot be used with "concurrency" in ratelimit zone "c"/],
+        ['hold without redis', "    ratelimit_zone c key=\$arg_k concurrency=5 hold=10s;   # BAD\n",
+         qr/"hold" needs "redis" in ratelimit zone "c"/],
+        ['default_concurrency with a static concurrency', "    ratelimit_zone c key=\$arg_k concurrency=5 default_concurrency=3;   # BAD\n",
+         qr/"default_concurrency"/],
+        ['concurrency=$var without default_concurrency', "    ratelimit_zone c key=\$arg_k concurrency=\$arg_n;   # BAD\n",
+         qr/"default_concurrency"/],
+        ['concurrency=0', "    ratelimit_zone c key=\$arg_k concurrency=0;   # BAD\n", $value_re->('concurrency')],
+        ['concurrency=1000001', "    ratelimit_zone c key=\$arg_k concurrency=1000001;   # BAD\n", $value_re->('concurrency')],
+        ['concurrency=abc', "    ratelimit_zone c key=\$arg_k concurrency=abc;   # BAD\n", $value_re->('concurrency')],
+        ['default_concurrency=0', "    ratelimit_zone c key=\$arg_k concurrency=\$arg_n default_concurrency=0;   # BAD\n",
+         $value_re->('default_concurrency')],
+        ['hold=500ms', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r hold=500ms;   # BAD\n", $value_re->('hold')],
+        ['hold=2d', "    $R\n    ratelimit_zone c key=\$arg_k concurrency=5 redis=r hold=2d;   # BAD\n", $value_re->('hold')],
+        (map { my ($p, $name) = @$_;
+               ["ratelimit zone=c $p", $loc->($p), qr/"$name" has no meaning for the concurrency zone "c"/] }
+           ['burst=3', 'burst'], ['quantity=2', 'quantity'], ['delay=1', 'delay'], ['nodelay', 'nodelay']),
+        # max_delay without delay is refused whatever the zone; with delay, delay is what is named
+        ['ratelimit zone=c max_delay=1s', $loc->('max_delay=1s'),
+         qr/"max_delay" (?:has no meaning for the concurrency zone "c"|requires "delay")/],
+        ['ratelimit zone=c delay=1 max_delay=1s', $loc->('delay=1 max_delay=1s'),
+         qr/"(?:max_)?delay" has no meaning for the concurrency zone "c"/],
+    );
+    for my $c (@conc) {
+        my ($name, $http, $re) = @$c;
+        my ($rc, $out, $file) = nginx_t($http);
+        my $line = conf_line_of($file, '# BAD');
+        isnt($rc, 0, "$name: nginx -t fails");
+        like($out, $re, "$name: message") or diag($out);
+        like($out, qr/\Q in $file:$line\E\b/, "$name: names $file:$line") or diag($out);
+        like($out, qr/"ratelimit\w*" directive/, "$name: names the directive") or diag($out);
+    }
+
+    for my $good (
+        ['concurrency 1 and 1000000', 'ratelimit_zone a key=$arg_k concurrency=1; ratelimit_zone b key=$arg_k concurrency=1000000;'],
+        ['concurrency=$var with default_concurrency', 'map $arg_t $cn { gold 10; default ""; } ratelimit_zone c key=$arg_k concurrency=$cn default_concurrency=2;'],
+        ['hold 1s and 1d with redis, and the default', "$R ratelimit_zone a key=\$arg_k concurrency=5 redis=r hold=1s; ratelimit_zone b key=\$arg_k concurrency=5 redis=r hold=1d; ratelimit_zone d key=\$arg_k concurrency=5 redis=r;"],
+        ['a rate zone and a concurrency zone in one location, ratelimit_algo around', 'ratelimit_zone r key=$arg_k requests=5 period=1m; ratelimit_zone c key=$arg_k concurrency=5 size=1m; server { listen 127.0.0.1:%%PORT%%; location / { ratelimit_algo fixed; ratelimit zone=r; ratelimit zone=c; empty_gif; } }'],
+        ['ratelimit_algo sliding does not apply to a concurrency zone', 'ratelimit_zone c key=$arg_k concurrency=5; server { listen 127.0.0.1:%%PORT%%; ratelimit_algo sliding; location / { ratelimit zone=c; empty_gif; } }'],
+    ) {
+        my ($rc, $out) = nginx_t($good->[1]);
+        is($rc, 0, "$good->[0]: accepted") or diag($out);
+    }
+}
+
 done_testing;

@@ -12,6 +12,7 @@
 
 #include "algo_test_util.h"
 #include "packed_doubles.h"
+#include "core/block.h"
 #include "core/redis_script.h"
 
 namespace {
@@ -41,19 +42,19 @@ TEST(RedisCommand, ExactBytesOfADecideCall) {
     checks[0].policy = &p;
     checks[0].cost = 3;
     // One group of one check: algo requests period burst refill token depth wscale cost at
-    // delay_level max_delay_units.
+    // delay_level max_delay_units block_us.
     std::string want = std::string("*7\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
                        "\r\n$1\r\n1\r\n"
                        "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n"
-                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$104\r\n" +
-                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0, -1, -1}) + "\r\n";
+                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$112\r\n" +
+                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0, -1, -1, 0}) + "\r\n";
     EXPECT_EQ(decide(rl::CommandScript::evalsha, true, "rl:", checks, 1700000000LL * kSec), want);
 
     // Production: its own script, and now is not sent.
     std::string prod = decide(rl::CommandScript::evalsha, false, "rl:", checks, 1700000000LL * kSec);
     EXPECT_NE(prod.find(rl::script_sha1(false)), std::string::npos);
     EXPECT_EQ(prod.find("1700000000000000"), std::string::npos);
-    EXPECT_NE(prod.find("$6\r\ndecide\r\n$1\r\n0\r\n$104\r\n"), std::string::npos);
+    EXPECT_NE(prod.find("$6\r\ndecide\r\n$1\r\n0\r\n$112\r\n"), std::string::npos);
 
     // FCALL: the function's name in place of EVALSHA's sha1, the rest alike.
     const std::string tail = want.substr(want.find("\r\n$1\r\n1\r\n"));
@@ -89,14 +90,14 @@ TEST(RedisCommand, ManyChecksAndRefunds) {
     }
     std::string cmd = decide(rl::CommandScript::evalsha, true, "p:", checks, -7);
     EXPECT_EQ(cmd.substr(0, 4), "*9\r\n");  // EVALSHA sha numkeys, 3 keys, mode now checks
-    EXPECT_NE(cmd.find("$2\r\n-7\r\n$296\r\n"), std::string::npos);  // 8 + 3 * 96 bytes
+    EXPECT_NE(cmd.find("$2\r\n-7\r\n$320\r\n"), std::string::npos);  // 8 + 3 * 104 bytes
     EXPECT_NE(cmd.find(doubles({4503599627370496.0, 1700000000000001.0})), std::string::npos);  // 2^52, at
     EXPECT_NE(cmd.find(doubles({0, 1700000000000002.0})), std::string::npos);  // cost -5 clamped, at
 
     size_t len = rl::refund_command_len("p:", checks.data(), 3);
     std::string buf(len, '?');
     EXPECT_EQ(rl::write_refund_command(buf.data(), "p:", checks.data(), 3), len);
-    EXPECT_NE(buf.find("$6\r\nrefund\r\n$1\r\n0\r\n$296\r\n"), std::string::npos);
+    EXPECT_NE(buf.find("$6\r\nrefund\r\n$1\r\n0\r\n$320\r\n"), std::string::npos);
     EXPECT_NE(buf.find(rl::script_sha1(false)), std::string::npos);
     EXPECT_NE(buf.find(doubles({1700000000000002.0})), std::string::npos);
 }
@@ -116,8 +117,8 @@ TEST(RedisCommand, ConcurrencyRecord) {
     std::string want = std::string("*7\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) +
                        "\r\n$1\r\n1\r\n"
                        "$53\r\nrl:{api:00000000000000010000000000000002}:concurrency\r\n"
-                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$104\r\n" +
-                       doubles({1, 6, 3, 30000000, 281474976710655.0, 1, 10000000, 3, 30000000, 1, 12, -1, -1}) +
+                       "$6\r\ndecide\r\n$16\r\n1700000000000000\r\n$112\r\n" +
+                       doubles({1, 6, 3, 30000000, 281474976710655.0, 1, 10000000, 3, 30000000, 1, 12, -1, -1, 0}) +
                        "\r\n";
     EXPECT_EQ(decide(rl::CommandScript::evalsha, true, "rl:", checks, 1700000000LL * kSec), want);
 }
@@ -188,6 +189,7 @@ std::string batch(rl::CommandScript script, bool injected, std::string_view pref
 TEST(RedisCommand, ExactBytesOfABatch) {
     rl::Policy g = rltest::policy(rl::Algo::gcra, 10, kSec, 2, 0, 150000);  // refill 1, token 100000, depth 300000
     rl::Policy f = rltest::policy(rl::Algo::fixed, 5, 60 * kSec);  // refill 1, token 12000000, depth 5
+    g.block_us = 600 * kSec;  // the record's last value (0 for f)
     rl::RedisCheck hot;
     hot.zone = "api";
     hot.hash = rl::KeyHash{0x2, 0x1};
@@ -205,11 +207,11 @@ TEST(RedisCommand, ExactBytesOfABatch) {
     const std::string key_a = "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n";
     const std::string key_b = "$45\r\nrl:{z:000000000000000a000000000000000b}:fixed\r\n";
     std::string want = std::string("*9\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) + "\r\n$1\r\n3\r\n" + key_a +
-                       key_a + key_b + "$6\r\ndecide\r\n$3\r\n123\r\n$304\r\n" +
+                       key_a + key_b + "$6\r\ndecide\r\n$3\r\n123\r\n$328\r\n" +
                        // delay=0: waits above one token; max_delay 0.15 s: 150000 units at refill 1
-                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0, 100000, 150000}) +
-                       doubles({2, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0, 100000, 150000}) +
-                       doubles({4, 5, 60000000, 0, 1, 12000000, 5, 60000000, 2, 9, -1, -1}) + "\r\n";
+                       doubles({1, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0, 100000, 150000, 600000000}) +
+                       doubles({2, 0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 1, 0, 100000, 150000, 600000000}) +
+                       doubles({4, 5, 60000000, 0, 1, 12000000, 5, 60000000, 2, 9, -1, -1, 0}) + "\r\n";
     EXPECT_EQ(batch(rl::CommandScript::evalsha, true, "rl:", groups, 123), want);
     EXPECT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 2u + 4u * 3u);
 
@@ -286,7 +288,8 @@ TEST(RedisCommand, DecodeBatchReply) {
     rejects(with(0, -1), "negative count");
     rejects(with(1, -1), "negative now");
     rejects(with(1, rl::kExact + 1), "a now beyond exact (a later refund's arithmetic would overflow)");
-    rejects(with(2, 2), "bad flag");
+    rejects(with(2, 4), "bad flag");
+    rejects(with(2, -1), "bad flag");
     rejects(with(3, -1), "negative remaining");
     rejects(with(4, -1), "negative reset");
     rejects(with(13, -2), "bad retry");
@@ -302,6 +305,24 @@ TEST(RedisCommand, DecodeBatchReply) {
     EXPECT_EQ(now, 9);
     const int64_t none_bad[] = {1, 9};
     EXPECT_FALSE(rl::decode_batch_reply(none_bad, 2, nullptr, 0, nullptr, nullptr, &now));
+}
+
+// Checks with a block (block.h): 2 rejected by a live block, 3 rejected, starting a block.
+TEST(RedisCommand, DecodeBlocks) {
+    const int64_t v[] = {0, 1700000000000000, 2, 0, 599000000, 599000000, 3, 0, 800000, 200000, 0, 1, 10, 30};
+    rl::Decision d[3];
+    ASSERT_TRUE(rl::decode_decide_reply(v, 14, 3, d, nullptr));
+    EXPECT_FALSE(d[0].allowed);
+    EXPECT_EQ(d[0].block, rl::kBlockLive);
+    EXPECT_EQ(d[0].retry_after_us, 599000000);
+    EXPECT_EQ(d[0].reset_us, 599000000);
+    EXPECT_FALSE(d[1].allowed);
+    EXPECT_EQ(d[1].block, rl::kBlockStarted);
+    EXPECT_EQ(d[1].retry_after_us, 200000);
+    EXPECT_FALSE(d[2].allowed);
+    EXPECT_EQ(d[2].block, rl::kBlockNone);
+    const int64_t admitted[] = {1, 1700000000000000, 2, 0, 5, 5};  // a blocked check admits nothing
+    EXPECT_FALSE(rl::decode_decide_reply(admitted, 6, 1, d, nullptr));
 }
 
 TEST(RedisCommand, DecodeReply) {
@@ -324,8 +345,10 @@ TEST(RedisCommand, DecodeReply) {
     EXPECT_FALSE(rl::decode_decide_reply(short_reply, 5, 2, untouched, &now));
     const int64_t bad_all[] = {1, 5, 1, 0, 0, 0, 0, 0, 0, 7};  // all_allowed with a rejection
     EXPECT_FALSE(rl::decode_decide_reply(bad_all, 10, 2, untouched, &now));
-    const int64_t bad_flag[] = {0, 5, 2, 0, 0, 0};
+    const int64_t bad_flag[] = {0, 5, 4, 0, 0, 0};
     EXPECT_FALSE(rl::decode_decide_reply(bad_flag, 6, 1, untouched, &now));
+    const int64_t blocked_no_wait[] = {0, 5, 2, 0, 0, 0};  // a live block has time left
+    EXPECT_FALSE(rl::decode_decide_reply(blocked_no_wait, 6, 1, untouched, &now));
     const int64_t negative[] = {1, 5, 1, -1, 0, 0};
     EXPECT_FALSE(rl::decode_decide_reply(negative, 6, 1, untouched, &now));
     const int64_t bad_retry[] = {0, 5, 0, 0, 0, -2};

@@ -21,6 +21,7 @@
 
 #include "algo_test_util.h"
 #include "packed_doubles.h"
+#include "core/block.h"
 #include "core/concurrency.h"
 #include "core/exact_math.h"
 #include "core/redis_command.h"
@@ -859,6 +860,92 @@ TEST_P(RedisDiff, Batches) {
 
 // After a SCRIPT FLUSH, EVALSHA fails with NOSCRIPT (the client then sends EVAL), EVAL works,
 // and loads the script again for EVALSHA.
+// Block after abuse (block.h): groups of 1 or 2 checks with block_us, against the C++ of the
+// shared-memory pass (decide_blocking per check, then all or nothing): a live block rejects
+// with its time left and changes nothing, a check that rejects by itself starts its block,
+// another check's rejection does not; time steps land before, on and after a block's end.
+TEST_P(RedisDiff, BlockTimelines) {
+    std::mt19937_64 rng(109);
+    static const int64_t kBlocks[] = {kSec, 7 * kSec, 60 * kSec, 3600 * kSec};
+    int64_t live = 0, started = 0, ended = 0, bystander = 0, calls = 0;
+    for (int round = 0; round < 150; round++) {
+        size_t n = 1 + rng() % 2;
+        std::vector<std::unique_ptr<Limit>> owned;
+        std::vector<Limit*> lims;
+        std::vector<int64_t> until(n, 0);
+        for (size_t i = 0; i < n; i++) {
+            rl::Policy p = random_policy(rng, kAll[rng() % 6]);
+            if (i == 0 || rng() % 2 == 0) p.block_us = kBlocks[rng() % 4];
+            owned.push_back(std::make_unique<Limit>(p, "b" + std::to_string(i), random_hash(rng)));
+            lims.push_back(owned.back().get());
+        }
+        int64_t t = 1600000000LL * kSec + static_cast<int64_t>(rng() % (1000 * kSec));
+        for (int e = 0; e < 60; e++) {
+            const rl::Policy& p0 = lims[0]->key.p;
+            switch (rng() % 12) {
+                case 0: t = until[0] > t ? until[0] - 1 : t; break;  // the last microsecond of a block
+                case 1: t = until[0] > t ? until[0] : t; break;      // its end
+                case 2: t += p0.block_us / 2; break;
+                default: t += time_step(rng, lims[rng() % n]->key.p);
+            }
+            std::string where = "block round " + std::to_string(round) + " event " + std::to_string(e);
+            std::vector<int64_t> costs(n);
+            for (size_t i = 0; i < n; i++) costs[i] = random_cost(rng, lims[i]->key.p);
+
+            // The C++ side.
+            std::vector<rl::Decision> want(n);
+            bool all = true;
+            for (size_t i = 0; i < n; i++) {
+                auto& k = lims[i]->key;
+                if (until[i] != 0 && !rl::block_live(until[i], t)) {
+                    ended++;  // (forgotten: an ended block decides nothing)
+                    until[i] = 0;
+                }
+                want[i] = rl::decide_blocking(k.s, &until[i], k.p, t, costs[i], k.ring.data());
+                all = all && want[i].allowed;
+            }
+            for (size_t i = 0; i < n; i++) {
+                auto& k = lims[i]->key;
+                if (all) {
+                    if (k.p.algo == rl::Algo::log) rl::commit_log(want[i], k.ring.data(), k.p, costs[i]);
+                    k.s = want[i].next;
+                } else if (want[i].allowed) {
+                    want[i] = rl::decide(k.s, k.p, t, 0, k.ring.data());  // reports, as a cost-0 request
+                    if (k.p.block_us > 0) bystander++;
+                }
+                live += want[i].block == rl::kBlockLive;
+                started += want[i].block == rl::kBlockStarted;
+            }
+
+            // Redis.
+            Reply r = send(build(false, script_, true, t, checks_of(lims, costs, {})));
+            ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << where << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+            std::vector<int64_t> values(r->elements);
+            for (size_t j = 0; j < r->elements; j++) values[j] = r->element[j]->integer;
+            std::vector<rl::Decision> got(n);
+            ASSERT_TRUE(rl::decode_decide_reply(values.data(), values.size(), n, got.data(), nullptr)) << where;
+            for (size_t i = 0; i < n; i++) {
+                std::string at = where + " check " + std::to_string(i);
+                ASSERT_EQ(got[i].allowed, want[i].allowed) << at;
+                ASSERT_EQ(int(got[i].block), int(want[i].block)) << at;
+                ASSERT_EQ(got[i].remaining, want[i].remaining) << at;
+                ASSERT_EQ(got[i].reset_us, want[i].reset_us) << at;
+                ASSERT_EQ(got[i].retry_after_us, want[i].retry_after_us) << at;
+                ASSERT_EQ(got[i].delay_us, want[i].delay_us) << at;
+            }
+            calls++;
+        }
+    }
+    std::printf("block timelines: %lld calls, %lld blocked, %lld blocks started, %lld ended, %lld bystanders\n",
+                static_cast<long long>(calls), static_cast<long long>(live), static_cast<long long>(started),
+                static_cast<long long>(ended), static_cast<long long>(bystander));
+    EXPECT_EQ(calls, 150 * 60);
+    EXPECT_GT(live, 1000);
+    EXPECT_GT(started, 100);
+    EXPECT_GT(ended, 100);
+    EXPECT_GT(bystander, 50);
+}
+
 TEST_F(RedisLua, NoscriptAfterFlushThenEval) {
     Limit l(rltest::policy(rl::Algo::gcra, 10, kSec, 2), "ns", rl::KeyHash{1, 2});
     const int64_t now = 1700000000LL * kSec;
@@ -964,25 +1051,27 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
         return rltest::command(conn_.get(), args);
     };
     // One gcra check: algo requests period burst refill token depth wscale cost at delay_level
-    // max_delay_units.
-    const std::string ok = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1});
+    // max_delay_units block_us.
+    const std::string ok = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0});
     const double nan = std::nan("");
     const std::vector<std::vector<std::string>> bad = {
         {"1", "k", "decide", "1"},                                            // too few ARGV
         {"1", "k", "decide", "1", ok, "x"},                                   // too many
         {"1", "k", "judge", "1", ok},                                         // mode
         {"1", "k", "decide", "x", ok},                                        // now
-        {"1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1})},    // algo
-        {"1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1})},  // algo
-        {"1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1})},    // requests
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, -1, -1})},    // refill
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1})},   // cost
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0, -1, -1})},  // cost
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -2, -1})},  // delay_level
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, nan})},  // max_delay_units
+        {"1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},    // algo
+        {"1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},  // algo
+        {"1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},    // requests
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, -1, -1, 0})},    // refill
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1, 0})},   // cost
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0, -1, -1, 0})},  // cost
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -2, -1, 0})},  // delay_level
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, nan, 0})},  // max_delay_units
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, -1})},  // block_us
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0.5})},  // block_us
         {"1", "k", "decide", "1", ok.substr(0, ok.size() - 1)},               // truncated
         {"1", "k", "decide", "1", ok + "x"},                                  // trailing bytes
-        {"1", "k", "decide", "1", doubles({2, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1})},    // group of 2
+        {"1", "k", "decide", "1", doubles({2, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},    // group of 2
         {"1", "k", "decide", "1", doubles({-1}) + ok},                        // group size
         {"1", "k", "decide", "1", doubles({0.5}) + ok},                       // group size
         {"2", "k", "k2", "decide", "1", ok},                                  // keys
@@ -1000,8 +1089,8 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
     EXPECT_EQ(empty->element[1]->integer, 7);
 
     // A batch whose second group is bad writes nothing, not even the first group's log.
-    const std::string log_check = doubles({1, 5, 10, 1000000, 0, 1, 100000, 10, 1000000, 1, 0, -1, -1});
-    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1});
+    const std::string log_check = doubles({1, 5, 10, 1000000, 0, 1, 100000, 10, 1000000, 1, 0, -1, -1, 0});
+    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1, 0});
     Reply r = call({"2", "lg", "k3", "decide", "1700000000000000", log_check + bad_check});
     ASSERT_TRUE(r);
     EXPECT_EQ(r->type, REDIS_REPLY_ERROR);

@@ -15,6 +15,7 @@ struct Decision {
     int64_t retry_after_us = 0;  // when rejected: exact wait until `cost` would be admitted; kNever if never
     int64_t delay_us = 0;        // when allowed: how long the request waits before it proceeds (delay.h)
     State next;                  // the key's state after this request (equal to the input when rejected)
+    uint8_t block = 0;           // kBlock* (block.h): what a block after abuse did to this decision
 };
 
 }  // namespace rl

@@ -20,6 +20,9 @@ struct Policy {
     // Shaping, bucket algorithms only (delay.h): delay=N (kNoDelay: nodelay), max_delay (0: none).
     int64_t delay = kNoDelay;
     int64_t max_delay_us = 0;
+    // Block after abuse (block.h): once this limit rejects a key, every request of it is
+    // rejected for block_us (0: none).
+    int64_t block_us = 0;
 
     // Derived by finish_policy():
     // Buckets keep a level in scaled units: a request costs `token` units, every

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 
+#include "block.h"
 #include "concurrency.h"
 #include "redis_keys.h"
 #include "redis_script.h"
@@ -69,6 +70,7 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
             r.le_double(slots ? static_cast<int64_t>(c.seq & kSeqMask) : c.at);
             r.le_double(p.delay_level);
             r.le_double(p.max_delay_units);
+            r.le_double(p.block_us);
         }
     }
     r.end_bulk();
@@ -203,8 +205,10 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
     for (size_t g = 0; g < ngroups; g++) {
         bool all = true;
         for (size_t i = 0; i < groups[g].n; i++, v += kReplyPerCheck) {
+            // v[0]: 0 rejected, 1 allowed, 2 rejected by a live block, 3 rejected, starting a block.
             // v[3]: a rejected check's retry (kNever or > 0), an allowed one's delay (>= 0).
-            if ((v[0] != 0 && v[0] != 1) || v[1] < 0 || v[2] < 0 || v[3] < (v[0] == 1 ? 0 : kNever)) return false;
+            if (v[0] < 0 || v[0] > 3 || v[1] < 0 || v[2] < 0 || v[3] < (v[0] == 1 ? 0 : kNever)) return false;
+            if (v[0] == 2 && v[3] <= 0) return false;
             all = all && v[0] == 1;
         }
         count += all;
@@ -220,6 +224,7 @@ bool decode_batch_reply(const int64_t* values, size_t n, const RedisGroup* group
             out->reset_us = v[2];
             out->retry_after_us = out->allowed ? 0 : v[3];
             out->delay_us = out->allowed ? v[3] : 0;
+            out->block = v[0] == 2 ? kBlockLive : v[0] == 3 ? kBlockStarted : kBlockNone;
             all = all && out->allowed;
         }
         if (admitted != nullptr) admitted[g] = all;

@@ -11,9 +11,10 @@
 //   ARGV[1]  = "decide" | "refund"
 //   ARGV[2]  = now in microseconds (decimal) for the test variant; "0", and ignored, in production
 //   ARGV[3]  = the checks, binary: little-endian IEEE-754 doubles (every value an integer below
-//              2^52, so exact); per group its number of checks n, then n records of 12 (96 bytes)
+//              2^52, so exact); per group its number of checks n, then n records of 13 (104 bytes)
 //              in KEYS order: algo (rl::Algo's value), requests, period_us, burst, refill, token,
-//              depth, weight_scale, cost, at, delay_level, max_delay_units (-1: none);
+//              depth, weight_scale, cost, at, delay_level, max_delay_units (-1: none), block_us
+//              (0: none);
 //              for algo 6 (concurrency), which has no burst and no `at`: burst = owner, at = seq
 //              (RedisCheck; masked to 48 and 52 bits)
 //   (binary because one struct.unpack per check is far cheaper in Lua than twelve tonumber()s;
@@ -22,6 +23,9 @@
 //   reply: an array of integers
 //     {admitted, now_us, then per check (the groups back to back): allowed, remaining,
 //      reset_us, retry_after_us or delay_us}
+//   allowed is 1 (allowed) or 0 (rejected), or for a check with a block: 2 (rejected by a live
+//   block: remaining 0, reset and retry its time left) or 3 (rejected by the limit, which
+//   started a block) (Decision::block, block.h).
 //   admitted is the number of groups admitted; a group is admitted iff all its checks allowed.
 //   The 4th value is, for a rejected check, retry_after_us (-1, kNever, when the cost can never
 //   be admitted), for an allowed one delay_us (its wait, delay.h; its retry is 0): one value
@@ -32,6 +36,14 @@
 // kept and its key set to expire when the state is worth a fresh key's (the TTL of its last
 // change); otherwise the group changes nothing and its checks that would have allowed report
 // their state as a cost-0 request would (exactly what the shared-memory path does).
+//
+// Block after abuse (decide, a check with block_us > 0, block.h): its block is the key
+// "<check's key>:block" (the same hash tag, so the same cluster slot), a string: the time the
+// block ends on Redis's clock (us, decimal), set PX block_ms + 1 (only to be collected). Read
+// before the check decides: a live block (until > now) rejects it and changes nothing; a check
+// that rejects by itself (pass 1, not when its group is rejected by another check) sets it.
+// The time is stored rather than read back by PTTL: exact to the microsecond, and on the
+// test variant's clock too. A refund ignores blocks.
 //
 // refund: undoes, per check, one admission of `cost` made at `at` (rl::refund) and reports
 // each check as a cost-0 request after it; a group counts as admitted when all its reports
@@ -99,7 +111,7 @@ constexpr CommandScript kPreferredScript = CommandScript::fcall;
 
 constexpr size_t kArgvCount = 3;          // mode, now, checks
 constexpr size_t kGroupBytes = 8;         // a group's number of checks
-constexpr size_t kCheckBytes = 8 * 12;    // algo .. weight_scale, cost, at, delay_level, max_delay_units
+constexpr size_t kCheckBytes = 8 * 13;    // algo .. weight_scale, cost, at, delay_level, max_delay_units, block_us
 constexpr size_t kReplyHead = 2;          // admitted, now_us
 constexpr size_t kReplyPerCheck = 4;      // allowed, remaining, reset_us, retry_after_us or delay_us
 
@@ -121,7 +133,7 @@ constexpr size_t kMaxZoneLen = 256;
 size_t batch_command_bound(std::string_view prefix, const RedisGroup* groups, size_t ngroups) noexcept;
 
 // The reply's number of integers, and its decoding: out gets one Decision per check, the
-// groups back to back (allowed, remaining, reset_us, retry_after_us, delay_us; limit and next are left
+// groups back to back (allowed, remaining, reset_us, retry_after_us, delay_us, block; limit and next are left
 // as they were: the caller knows the policy); admitted[g] tells whether group g was admitted
 // (and so consumed: a check reported allowed in a group that was not admitted consumed
 // nothing and must not be refunded); *redis_now the decision time (Redis's clock, the `at` of

@@ -32,7 +32,7 @@ constexpr char kHead[] = R"lua(-- ngx_http_ratelimit_module: decides the limits 
 -- keeps 14): numbers go out through struct.pack or string.format('%d').
 --
 -- Algorithms: 0 gcra, 1 token, 2 leaky, 3 sliding, 4 fixed, 5 log, 6 concurrency. A check is a
--- record of 12 doubles (96 bytes, see redis_command.h); a hash algorithm's state is 3: a, b, c
+-- record of 13 doubles (104 bytes, see redis_command.h); a hash algorithm's state is 3: a, b, c
 -- of rl::State.
 -- A decide_* function returns the decision (allowed, remaining, reset, retry) and then
 -- whether admitting it changes the state (w) and to what (x, y, z); a bucket's delay is left
@@ -500,8 +500,8 @@ local function shape(blob)
   while p <= size do
     local n = -1
     if p + 7 <= size then n = sunpack('<d', blob, p) end
-    if not (n >= 0 and n == floor(n) and p + 7 + n * 96 <= size) then return nil end
-    p = p + 8 + n * 96
+    if not (n >= 0 and n == floor(n) and p + 7 + n * 104 <= size) then return nil end
+    p = p + 8 + n * 104
     nchecks = nchecks + n
     ngroups = ngroups + 1
   end
@@ -521,7 +521,7 @@ local function first_bad(blob)
     for _ = 1, n do
       local algo = sunpack('<d', blob, p)
       if not (algo >= 0 and algo < 5) then full = true end
-      p = p + 96
+      p = p + 104
     end
   end
   local k = 0
@@ -530,14 +530,14 @@ local function first_bad(blob)
     local n = sunpack('<d', blob, p)
     p = p + 8
     for _ = 1, n do
-      local algo, req, per, burst, refill, tok, depth, wsc, cost, _, dl, mu = sunpack('<dddddddddddd', blob, p)
+      local algo, req, per, burst, refill, tok, depth, wsc, cost, _, dl, mu, bl = sunpack('<ddddddddddddd', blob, p)
       k = k + 1
       if not (algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
               and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1
-              and (algo < 6 or req <= 1000000)) then
+              and (algo < 6 or req <= 1000000) and bl >= 0 and bl % 1 == 0) then
         return k
       end
-      p = p + 96
+      p = p + 104
     end
   end
   return nil
@@ -581,13 +581,14 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
     local all, pass = true, 1
     repeat
       for i = 1, n do
-        local q, j = p + (i - 1) * 96, o + 4 * (i - 1)
+        local q, j = p + (i - 1) * 104, o + 4 * (i - 1)
         -- pass 2: the group was rejected; its checks that allowed report a cost-0 request.
         if pass == 1 or out[j + 1] == 1 then
-          local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu = sunpack('<dddddddddddd', blob, q)
+          local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu, bl =
+            sunpack('<ddddddddddddd', blob, q)
           if not (algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
                   and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1
-                  and (algo < 6 or req <= 1000000)) then  -- kMaxConcurrency: bounds a call's slots
+                  and (algo < 6 or req <= 1000000) and bl >= 0 and bl % 1 == 0) then  -- kMaxConcurrency: bounds a call's slots
             return redis.error_reply('ERR ratelimit script: bad check ' .. (k + i))
           end
           local key = keys[k + i]
@@ -595,7 +596,16 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
           if pass == 2 or refunding then cost = 0 end
           local ok, rem, reset, retry, w, x, y, z
           shaped = 0
-          if algo < 5 then
+          -- block.h: a live block rejects the check and changes nothing; pass 1 only.
+          local bkey, code
+          if bl > 0 and pass == 1 and not refunding then
+            bkey = key .. ':block'
+            local untl = tonum(call('GET', bkey) or '')
+            if untl and untl > now then ok, rem, reset, retry, code = false, 0, untl - now, untl - now, 2 end
+          end
+          if code then
+            w = false
+          elseif algo < 5 then
             -- The state: 24 bytes, no key (a fresh state), or a hash {a, b, c} of the earlier
             -- layout. A batch keeps the states it read or changed in S (false: no key).
             local s
@@ -645,7 +655,14 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
 
           -- An allowed check's retry is 0: its slot carries the delay instead.
           if ok then retry = shaped end
-          out[j + 1], out[j + 2], out[j + 3], out[j + 4] = ok and 1 or 0, rem, reset, retry
+          if not code then
+            code = ok and 1 or 0
+            if bkey and not ok then  -- rejected by itself: the block starts
+              call('SET', bkey, fmt('%d', now + bl), 'PX', fmt('%d', ttl_ms(bl)))
+              code = 3
+            end
+          end
+          out[j + 1], out[j + 2], out[j + 3], out[j + 4] = code, rem, reset, retry
           if refunding then
             all = all and ok
           elseif pass == 1 then
@@ -667,7 +684,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
       for i = 1, n do
         local t = 6 * (i - 1)
         if T[t + 1] then
-          commit(S, TTL, keys[k + i], T[t + 6], sunpack('<d', blob, p + (i - 1) * 96 + 64), T[t + 5], T[t + 2],
+          commit(S, TTL, keys[k + i], T[t + 6], sunpack('<d', blob, p + (i - 1) * 104 + 64), T[t + 5], T[t + 2],
                  T[t + 3], T[t + 4])
         end
       end
@@ -675,7 +692,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
     if all then out[1] = out[1] + 1 end
     k = k + n
     o = o + 4 * n
-    p = p + n * 96
+    p = p + n * 104
   end
   if S then
     for key, ms in pairs(TTL) do call('SET', key, S[key], 'PX', fmt('%d', ms)) end

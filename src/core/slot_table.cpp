@@ -147,6 +147,15 @@ Slot* table_acquire(TableHeader* t, const KeyHash& hash, uint8_t algo, bool* fre
     return s;
 }
 
+Slot* table_find(TableHeader* t, const KeyHash& hash, uint8_t algo) {
+    for (uint32_t ref = buckets(t)[bucket_of(t, hash, algo)]; ref; ) {
+        Slot* s = slot_at(t, ref);
+        if (s->hash == hash && s->algo == algo) return s;
+        ref = s->chain;
+    }
+    return nullptr;
+}
+
 Slot* table_slot(TableHeader* t, uint32_t ref) { return slot_at(t, ref); }
 
 uint32_t table_ref(const TableHeader* t, const Slot* s) {

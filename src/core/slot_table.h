@@ -63,6 +63,9 @@ uint32_t table_chain_length(TableHeader* t, const KeyHash& hash, uint8_t algo);
 // recently used slot when the table is full. Marks it most recently used. Never fails.
 Slot* table_acquire(TableHeader* t, const KeyHash& hash, uint8_t algo, bool* fresh);
 
+// The slot of (hash, algo) if present, nullptr otherwise: nothing created, the LRU order unchanged.
+Slot* table_find(TableHeader* t, const KeyHash& hash, uint8_t algo);
+
 // Slots by reference (index + 1, 1 .. t->used): lists kept beside the table (the dirty keys of
 // a sync zone) name slots this way. A slot may since have been recycled for another key.
 Slot* table_slot(TableHeader* t, uint32_t ref);

@@ -4,6 +4,7 @@
 // verdict: on_error, status, the delay, the log line and the metrics.
 #include "ngx/access.h"
 
+#include "core/block.h"
 #include "core/rate.h"
 
 #include "ngx/delay.h"
@@ -18,7 +19,7 @@ ngx_int_t pick_rejecting(const rl_result_t* res, ngx_uint_t n, int64_t* retry_us
     int64_t longest = 0;
     for (ngx_uint_t i = 0; i < n; i++) {
         if (!rl_decided(res[i]) || res[i].decision.allowed) continue;
-        int64_t wait = res[i].decision.retry_after_us;
+        int64_t wait = rl::block_retry_after(*res[i].policy, res[i].decision);  // at least a block it started
         if (wait == rl::kNever) wait = INT64_MAX;
         if (best < 0 || wait > longest) {
             best = static_cast<ngx_int_t>(i);
@@ -61,8 +62,34 @@ void log_rejection(ngx_http_request_t* r, const rl_loc_conf_t* lcf, const rl_res
         return;
     }
     int64_t ms = (wait + 999) / 1000;
+    if (res.decision.block == rl::kBlockLive) {
+        ngx_log_error(lcf->log_level, r->connection->log, 0, "limiting request%s by zone \"%V\", blocked for %L.%03Ls",
+                      lcf->dry_run ? " (dry run)" : "", &zone->name, ms / 1000, ms % 1000);
+        return;
+    }
+    if (res.decision.block == rl::kBlockStarted) {
+        int64_t block_ms = (res.policy->block_us + 999) / 1000;
+        if (lcf->dry_run) {
+            ngx_log_error(lcf->log_level, r->connection->log, 0,
+                          "limiting request (dry run) by zone \"%V\", would block for %L.%03Ls", &zone->name,
+                          block_ms / 1000, block_ms % 1000);
+            return;
+        }
+        ngx_log_error(lcf->log_level, r->connection->log, 0,
+                      "limiting request by zone \"%V\", retry in %L.%03Ls, blocked for %L.%03Ls", &zone->name,
+                      ms / 1000, ms % 1000, block_ms / 1000, block_ms % 1000);
+        return;
+    }
     ngx_log_error(lcf->log_level, r->connection->log, 0, "limiting request%s by zone \"%V\", retry in %L.%03Ls",
                   lcf->dry_run ? " (dry run)" : "", &zone->name, ms / 1000, ms % 1000);
+}
+
+// Whether a live block rejected the request.
+bool blocked(const rl_result_t* res, ngx_uint_t n) {
+    for (ngx_uint_t i = 0; i < n; i++) {
+        if (rl_decided(res[i]) && !res[i].decision.allowed && res[i].decision.block == rl::kBlockLive) return true;
+    }
+    return false;
 }
 
 // Decided after waiting: what on_error does with the results that failed, all or nothing
@@ -103,7 +130,9 @@ void finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) {
         for (ngx_uint_t i = 0; i < n; i++) {
             if (rl_decided(res[i]) && !res[i].decision.allowed) log_rejection(r, lcf, res[i]);
         }
-        ctx->status = lcf->dry_run ? RL_STATUS_REJECTED_DRY_RUN : RL_STATUS_REJECTED;
+        ctx->status = lcf->dry_run      ? RL_STATUS_REJECTED_DRY_RUN
+                      : blocked(res, n) ? RL_STATUS_BLOCKED
+                                        : RL_STATUS_REJECTED;
         if (!lcf->dry_run) ctx->verdict = static_cast<ngx_int_t>(lcf->status);
     } else {
         ctx->decider = pick_most_restrictive(res, n);

@@ -97,7 +97,9 @@ struct rl_limit_t {
     ngx_http_complex_value_t* quantity_cv;  // quantity=$variable
     bool quantity_set;
     int64_t delay;                          // delay=N, or rl::kNoDelay (nodelay, the default)
+    bool nodelay;                           // written out
     int64_t max_delay_us;                   // max_delay=TIME, 0 when none
+    int64_t block_us;                       // block=TIME (overrides the zone's), 0 when none
     u_char* file;                           // where the line is, for errors found at merge
     ngx_uint_t line;
 };
@@ -124,6 +126,8 @@ struct rl_loc_conf_t {
     ngx_str_t policy;      // RateLimit-Policy when every applied limit decides: the same for
                            // every request, so formatted once, at merge
     bool tiered;           // some applied limit is tiered: RateLimit-Policy is formatted per request
+    ngx_uint_t prefix_v4;  // ratelimit_client_prefix: $ratelimit_client_prefix's lengths, in bits
+    ngx_uint_t prefix_v6;  // (set together: prefix_v4 unset means the directive is not here)
 };
 
 struct rl_main_conf_t {

@@ -1,5 +1,6 @@
 // Module definition: directives, configuration create/merge, phase and filter registration.
 #include "ngx/access.h"
+#include "ngx/client_prefix.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/conf.h"
 #include "ngx/response_headers.h"
@@ -72,6 +73,8 @@ ngx_command_t rl_commands[] = {
      ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, dry_run), nullptr},
     {ngx_string("ratelimit_log_level"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      rl_set_enum, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, log_level), &rl_log_levels},
+    {ngx_string("ratelimit_client_prefix"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE12,
+     rl_client_prefix_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
     {ngx_string("ratelimit_metrics"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS, rl_metrics_directive, 0, 0, nullptr},
     ngx_null_command,
 };
@@ -110,7 +113,7 @@ char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
 }
 
-// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [delay=N | nodelay] [max_delay=TIME]
+// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [delay=N | nodelay] [max_delay=TIME] [block=TIME]
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* lcf = static_cast<rl_loc_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
@@ -155,11 +158,16 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             if (!rl::parse_duration(rl_sv(v), limit.max_delay_us)) {
                 return rl_conf_error(cf, "invalid max_delay \"%V\"", &a);
             }
+        } else if (rl_arg(a, "block=", v)) {
+            if (!rl_parse_block(rl_sv(v), limit.block_us)) {
+                return rl_conf_error(cf, "invalid block \"%V\", it must be from 1s to 1y", &a);
+            }
         } else {
             return rl_conf_error(cf, "invalid parameter \"%V\"", &a);
         }
     }
 
+    limit.nodelay = nodelay;
     if (nodelay && limit.delay != rl::kNoDelay) {
         return rl_conf_error(cf, "\"delay\" and \"nodelay\" are mutually exclusive");
     }
@@ -210,6 +218,8 @@ void* rl_create_loc_conf(ngx_conf_t* cf) noexcept {
     conf->dry_run = NGX_CONF_UNSET;
     conf->log_level = NGX_CONF_UNSET_UINT;
     conf->on_error = NGX_CONF_UNSET_UINT;
+    conf->prefix_v4 = NGX_CONF_UNSET_UINT;
+    conf->prefix_v6 = NGX_CONF_UNSET_UINT;
     return conf;
 }
 
@@ -264,13 +274,16 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "unknown ratelimit zone \"%V\"", &l.shm_zone->shm.name);
             return false;
         }
-        if (zone->concurrency && (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay)) {
+        if (zone->concurrency && (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay || l.nodelay)) {
             // A request takes one slot while it runs, and nothing refills a slot but its end.
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "\"%s\" has no meaning for the concurrency zone \"%V\"",
-                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : "delay", &zone->name);
+                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : l.nodelay ? "nodelay" : "delay",
+                             &zone->name);
             return false;
         }
+        if (l.block_us > 0 && !rl_zone_check_block(cf, zone, &l)) return false;
         rl::Policy p = zone->policy;
+        if (l.block_us > 0) p.block_us = l.block_us;
         if (!zone->algo_set) p.algo = static_cast<rl::Algo>(conf->algo);
         if (l.burst_set) p.burst = l.burst;
         if (!rl::is_bucket(p.algo) && (l.burst_set || zone->burst_set)) {
@@ -314,6 +327,7 @@ char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept {
     ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
     ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
     ngx_conf_merge_uint_value(conf->on_error, prev->on_error, static_cast<ngx_uint_t>(RL_ON_ERROR_ALLOW));
+    rl_client_prefix_merge(conf, prev);
 
     if (!rl_build_applied(cf, conf)) return static_cast<char*>(NGX_CONF_ERROR);
     return NGX_CONF_OK;

@@ -47,6 +47,7 @@ enum rl_status_e {
     RL_STATUS_ERROR,     // Redis did not answer for some limit (on_error applied)
     RL_STATUS_DELAYED,   // passed after waiting for a limit's delay= (delay.cpp)
     RL_STATUS_DELAYED_DRY_RUN,  // would have waited; passed at once
+    RL_STATUS_BLOCKED,   // rejected by a live block after abuse (rl::kBlockLive; not in dry run)
 };
 
 enum rl_phase_e : uint8_t {

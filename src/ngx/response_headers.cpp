@@ -46,7 +46,7 @@ bool add_list(ngx_http_request_t* r, const char* name, const rl::HeaderItem* ite
 
 bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
     const rl_result_t& decider = ctx->results[ctx->decider];
-    if (ctx->status == RL_STATUS_REJECTED) {
+    if (ctx->status == RL_STATUS_REJECTED || ctx->status == RL_STATUS_BLOCKED) {
         int64_t wait = ctx->retry_after_us == rl::kNever ? decider.policy->period_us : ctx->retry_after_us;
         if (!add_number(r, "Retry-After", rl::retry_after_seconds(wait))) return false;
     }

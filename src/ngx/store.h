@@ -69,8 +69,9 @@ inline size_t rl_zone_key_bytes(const rl_zone_t* zone) {
 bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
 // Gives back what committed results of the pass consumed.
 void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
-// The slot of a result's key in its zone's table (zone locked), or nullptr when it cannot be used.
-rl::Slot* rl_store_slot(const rl_result_t& res) noexcept;
+// The slot of a result's key in its zone's table (zone locked), or nullptr when it cannot be
+// used, or when it is not there and `create` is false.
+rl::Slot* rl_store_slot(const rl_result_t& res, bool create = true) noexcept;
 
 // The store kinds, by index (store.cpp).
 extern const rl_store_t* const rl_stores[kRlStores];

@@ -26,7 +26,8 @@ void count_in_flight(const rl_result_t& res, ngx_atomic_int_t delta) {
     if (rl_metrics_zone_t* m = res.applied->zone->metrics) rl_metrics_add(&m->in_flight, delta);
 }
 
-// The key is full: the slots of workers that are gone come back (zone locked).
+// The slots of workers that are gone come back (zone locked). Logged under the lock: it
+// happens once per worker that died holding slots of the key.
 void reap(rl_result_t& res, rl::Slot* slot) {
     int64_t freed = rl::holders_reap(holders_of(slot), process_alive);
     if (freed == 0) return;
@@ -51,7 +52,7 @@ void conc_commit(rl_result_t& res, rl::Slot* slot) {
     // With every entry held by live workers, the slot is counted but cannot be reclaimed if
     // this worker dies: only with more than rl::kHolders workers on one key at once.
     if (!rl::holders_add(hs, static_cast<int32_t>(ngx_pid), n)) {
-        rl::holders_reap(hs, process_alive);
+        reap(res, slot);
         rl::holders_add(hs, static_cast<int32_t>(ngx_pid), n);
     }
     count_in_flight(res, n);

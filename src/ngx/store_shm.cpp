@@ -3,6 +3,7 @@
 // under the zones' locks, taken in one order so that two requests never wait on each other.
 #include "ngx/store.h"
 
+#include "core/block.h"
 #include "core/refund.h"
 
 namespace {
@@ -37,6 +38,29 @@ int64_t* ring_of(const rl_result_t& res, rl::Slot* slot) {
     return res.policy->algo == rl::Algo::log ? rl::slot_ring(slot) : nullptr;
 }
 
+uint8_t block_tag(const rl_result_t& res) {
+    return static_cast<uint8_t>(rl::kBlockTag | static_cast<uint8_t>(res.policy->algo));
+}
+
+// A live block of the result's key (zone locked): its decision, and true.
+bool blocked(rl_result_t& res) {
+    if (res.policy->block_us <= 0) return false;
+    rl::Slot* slot = rl::table_find(res.applied->zone->table, res.hash, block_tag(res));
+    if (slot == nullptr || !rl::block_live(slot->state.a, res.at)) return false;
+    res.decision = rl::blocked_decision(*res.policy, slot->state.a, res.at);
+    return true;
+}
+
+// A result that rejected by itself starts its key's block (zone locked). Last in the pass: the
+// block's slot may recycle one the pass still held.
+void start_block(rl_result_t& res) {
+    if (!rl::starts_block(*res.policy, res.decision)) return;
+    rl::Slot* slot = rl::table_acquire(res.applied->zone->table, res.hash, block_tag(res), nullptr);
+    slot->state = rl::State{};
+    slot->state.a = res.at + res.policy->block_us;
+    res.decision.block = rl::kBlockStarted;
+}
+
 int64_t store_now(const rl_store_t* store, const rl_zone_t* zone, int64_t local) {
     return store->clock ? store->clock(zone, local) : local;
 }
@@ -65,7 +89,7 @@ const rl_store_t rl_shm_store = {
     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
-rl::Slot* rl_store_slot(const rl_result_t& res) noexcept {
+rl::Slot* rl_store_slot(const rl_result_t& res, bool create) noexcept {
     // An old worker finishing its requests during a reload may see a table laid out by the new
     // configuration, and must never use more log ring, or more of a slot, than it has.
     const rl::Policy& policy = *res.policy;
@@ -76,7 +100,8 @@ rl::Slot* rl_store_slot(const rl_result_t& res) noexcept {
     }
     size_t key_bytes = rl_zone_key_bytes(zone);
     if (key_bytes > 0 && table->slot_size < rl::slot_size_for(key_bytes)) return nullptr;
-    return rl::table_acquire(table, res.hash, static_cast<uint8_t>(policy.algo), nullptr);
+    auto algo = static_cast<uint8_t>(policy.algo);
+    return create ? rl::table_acquire(table, res.hash, algo, nullptr) : rl::table_find(table, res.hash, algo);
 }
 
 bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
@@ -92,6 +117,12 @@ bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
         const rl_store_t* store = rl_store_of(res);
         res.at = store_now(store, res.applied->zone, now);
         slots[i] = rl_store_slot(res);
+        if (slots[i] != nullptr && blocked(res)) {
+            // A live block decides, consuming nothing: the key's state is left as it is.
+            slots[i] = nullptr;
+            all_allowed = false;
+            continue;
+        }
         if (slots[i] == nullptr) {
             res.decision = rl::Decision{};
             res.decision.allowed = true;
@@ -116,6 +147,11 @@ bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
         store->commit(res, slots[i]);
         res.consumed = res.cost > 0;
     }
+    if (!all_allowed) {
+        for (ngx_uint_t i = 0; i < n; i++) {
+            if (slots[i] != nullptr) start_block(*results[i]);
+        }
+    }
     unlock_zones(locks, nlocks);
     return all_allowed;
 }
@@ -127,8 +163,11 @@ void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
     for (ngx_uint_t i = 0; i < n; i++) {
         rl_result_t& res = *results[i];
         if (!res.consumed) continue;
-        if (rl::Slot* slot = rl_store_slot(res)) {
-            const rl_store_t* store = rl_store_of(res);
+        const rl_store_t* store = rl_store_of(res);
+        // A slot given back to a key since dropped from a full table: nothing to do, and the
+        // key is not made again (that would drop another, perhaps with slots in flight).
+        bool create = res.policy->algo != rl::Algo::concurrency;
+        if (rl::Slot* slot = rl_store_slot(res, create)) {
             store->refund(res, slot, store_now(store, res.applied->zone, now));
         }
         res.consumed = false;

@@ -1,7 +1,8 @@
 // $ratelimit_status, $ratelimit_limit, $ratelimit_remaining, $ratelimit_reset, $ratelimit_zone,
-// $ratelimit_delay.
+// $ratelimit_delay; $ratelimit_client_prefix is client_prefix.cpp's.
 #include "ngx/variables.h"
 
+#include "ngx/client_prefix.h"
 #include "ngx/request.h"
 #include "ngx/response_headers.h"
 
@@ -14,6 +15,7 @@ enum rl_var_e { RL_VAR_STATUS, RL_VAR_LIMIT, RL_VAR_REMAINING, RL_VAR_RESET, RL_
 ngx_str_t rl_status_names[] = {
     ngx_null_string, ngx_string("PASSED"), ngx_string("REJECTED"), ngx_string("REJECTED_DRY_RUN"),
     ngx_string("EXEMPT"), ngx_string("ERROR"), ngx_string("DELAYED"), ngx_string("DELAYED_DRY_RUN"),
+    ngx_string("BLOCKED"),
 };
 
 void set_value(ngx_http_variable_value_t* v, u_char* data, size_t len) {
@@ -79,5 +81,5 @@ ngx_int_t rl_add_variables(ngx_conf_t* cf) noexcept {
         var->get_handler = rl_variable;
         var->data = def.which;
     }
-    return NGX_OK;
+    return rl_client_prefix_add_variable(cf);
 }

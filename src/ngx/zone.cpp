@@ -220,7 +220,7 @@ bool check_concurrency(ngx_conf_t* cf, rl_zone_t* zone, const char* rate_param, 
 }  // namespace
 
 // ratelimit_zone NAME key=STRING (rate=R | rate=$VAR default_rate=R | requests=N period=T) [burst=N|$VAR]
-//                [size=S] [algo=A] [redis=NAME [sync=TIME [sync_mode=optimistic|lease]]]
+//                [size=S] [algo=A] [block=TIME] [redis=NAME [sync=TIME [sync_mode=optimistic|lease]]]
 // ratelimit_zone NAME key=STRING (concurrency=N | concurrency=$VAR default_concurrency=N) [size=S]
 //                [redis=NAME [hold=TIME]]
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
@@ -350,6 +350,10 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                 return rl_conf_error(cf, "invalid sync_mode \"%V\", it must be \"optimistic\" or \"lease\"", &v);
             }
             mode_set = true;
+        } else if (rl_arg(a, "block=", v)) {
+            if (!rl_parse_block(rl_sv(v), zone->policy.block_us)) {
+                return rl_conf_error(cf, "invalid block \"%V\", it must be from 1s to 1y", &a);
+            }
         } else if (rl_arg(a, "algo=", v)) {
             rate_param = "algo";
             if (!rl::parse_algo(rl_sv(v), zone->policy.algo)) {
@@ -363,6 +367,9 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 
     if (!have_key) {
         return rl_conf_error(cf, "\"key\" is required in ratelimit zone \"%V\"", &zone->name);
+    }
+    if (zone->policy.block_us > 0 && (zone->concurrency || default_concurrency > 0 || have_hold || zone->sync_us != 0)) {
+        if (!rl_zone_check_block(cf, zone, nullptr)) return static_cast<char*>(NGX_CONF_ERROR);
     }
     if (zone->concurrency || default_concurrency > 0 || have_hold) {
         if (!check_concurrency(cf, zone, rate_param, default_concurrency, have_hold, sync_arg, mode_set)) {
@@ -414,6 +421,23 @@ bool refuse(ngx_conf_t* cf, const rl_limit_t* where, const char* fmt, Args... ar
 }
 
 }  // namespace
+
+bool rl_parse_block(std::string_view v, int64_t& us) noexcept {
+    constexpr int64_t kMinBlockUs = 1000000, kMaxBlockUs = int64_t{365} * 86400 * 1000000;
+    return rl::parse_duration(v, us) && us >= kMinBlockUs && us <= kMaxBlockUs;
+}
+
+bool rl_zone_check_block(ngx_conf_t* cf, const rl_zone_t* zone, const rl_limit_t* where) noexcept {
+    if (zone->concurrency) {
+        return refuse(cf, where, "\"block\" cannot be used with the concurrency zone \"%V\": a slot frees when its "
+                      "request ends", &zone->name);
+    }
+    if (zone->sync_us != 0) {
+        return refuse(cf, where, "\"block\" cannot be used with \"sync\" in ratelimit zone \"%V\": a block is not "
+                      "reconciled between hosts", &zone->name);
+    }
+    return true;
+}
 
 bool rl_zone_check_log(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy, const rl_limit_t* where) noexcept {
     if (zone->sync_us != 0) {

@@ -11,6 +11,7 @@
 #include "ngx/redis/cluster.h"
 #include "ngx/redis/held.h"
 #include "ngx/redis/node.h"
+#include "ngx/redis/rejected.h"
 
 namespace {
 
@@ -54,6 +55,8 @@ struct rl_call_t {
 
 enum { RL_CALL_PENDING = 0, RL_CALL_DONE, RL_CALL_FAILED };
 
+constexpr uint8_t kRejectedHere = 4;  // rl_result_t::flags: decided by a remembered rejection (rejected.h)
+
 rl_calls_t* calls_of(rl_ctx_t* ctx) { return static_cast<rl_calls_t*>(ctx->store_data[kIndex]); }
 
 // What a timed-out call needs for a refund if Redis admits it late (the request is gone).
@@ -71,6 +74,8 @@ struct rl_batch_t {
     uint16_t sizes[kMaxGroups];    // each group's number of checks, to read the reply
     rl_call_t* calls[kMaxGroups];  // nullptr once a call is abandoned
     rl_late_t* late[kMaxGroups];   // an abandoned call's refund, armed if its request was rejected
+    int64_t sent;                  // when it was sent, on rl_rejected_now's clock: a Retry-After
+                                   // of its reply counts from no later than this
 };
 
 // The core's description of a call's checks, into `checks` (room for call->nchecks).
@@ -165,6 +170,7 @@ void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n, bool ask
     node->batches++;
     batch->redis = redis;
     batch->n = n;
+    batch->sent = rl_rejected_now();
     for (ngx_uint_t i = 0; i < n; i++) {
         batch->calls[i] = calls[i];
         batch->sizes[i] = static_cast<uint16_t>(calls[i]->nchecks);
@@ -217,6 +223,7 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
     rl_held_clock(redis, now);
 
     size_t at = 0;
+    int64_t local_now = batch->sent;
     for (ngx_uint_t g = 0; g < batch->n; g++) {
         rl_call_t* call = batch->calls[g];
         if (call != nullptr) {
@@ -227,6 +234,7 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
                 res.decision.limit = res.policy->requests;
                 res.at = now;
                 res.consumed = admitted[g] && res.cost > 0;
+                if (!res.decision.allowed) rl_rejected_remember(res, local_now);
             }
             call->batch = nullptr;
             call->state = RL_CALL_DONE;
@@ -299,19 +307,30 @@ void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck*
     ngx_free(buf);
 }
 
-// A call that timed out is still in flight; its request was rejected meanwhile. If Redis admits
-// it late, what it consumed must be given back: its batch keeps what a refund needs.
-void arm_late_refund(rl_call_t* call) {
+// A call that timed out (or whose request went away) is still in flight. If Redis admits it
+// late, what it consumed must be given back: all of it when the request was rejected
+// meanwhile (`slots_only` false), else its in-flight slots only (nothing else holds them: the
+// request is gone or was let through without them). Its batch keeps what that needs.
+void arm_late_refund(rl_call_t* call, bool slots_only) {
     rl_batch_t* batch = call->batch;
-    size_t bytes = sizeof(rl_late_t) + call->nchecks * (sizeof(rl::RedisCheck) + sizeof(rl::Policy));
+    if (batch == nullptr || batch->late[call->index] != nullptr) return;
+    ngx_uint_t n = 0;
+    for (ngx_uint_t i = 0; i < call->nchecks; i++) {
+        n += !slots_only || call->rchecks[i].policy->algo == rl::Algo::concurrency;
+    }
+    if (n == 0) return;
+    size_t bytes = sizeof(rl_late_t) + n * (sizeof(rl::RedisCheck) + sizeof(rl::Policy));
     auto* late = static_cast<rl_late_t*>(ngx_alloc(bytes, call->redis->conn.log));
     if (late == nullptr) return;
-    late->nchecks = call->nchecks;
-    auto* policies = reinterpret_cast<rl::Policy*>(late->checks + call->nchecks);
+    late->nchecks = n;
+    auto* policies = reinterpret_cast<rl::Policy*>(late->checks + n);
+    ngx_uint_t k = 0;
     for (ngx_uint_t i = 0; i < call->nchecks; i++) {
-        late->checks[i] = call->rchecks[i];
-        policies[i] = *call->rchecks[i].policy;
-        late->checks[i].policy = &policies[i];
+        if (slots_only && call->rchecks[i].policy->algo != rl::Algo::concurrency) continue;
+        late->checks[k] = call->rchecks[i];
+        policies[k] = *call->rchecks[i].policy;
+        late->checks[k].policy = &policies[k];
+        k++;
     }
     batch->late[call->index] = late;
 }
@@ -342,12 +361,33 @@ rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint1
     return call;
 }
 
+// Whether a limit of the request is one Redis rejected and would still reject: the request is
+// then rejected without a call, its other Redis limits not asked (all or nothing).
+bool rejected_here(rl_ctx_t* ctx) {
+    int64_t now = rl_rejected_now();
+    bool rejected = false;
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        if (res.store == RL_STORE_REDIS && rl_rejected_check(res, now)) {
+            res.flags |= kRejectedHere;
+            rejected = true;
+        }
+    }
+    if (!rejected) return false;
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        if (res.store == RL_STORE_REDIS && !(res.flags & kRejectedHere)) res.store = RL_STORE_SKIPPED;
+    }
+    return true;
+}
+
 // Sends the request's Redis checks; returns the number of calls now in flight.
 ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ngx_http_request_t* r = ctx->r;
     ngx_uint_t n = ctx->nresults, nredis = 0;
     for (ngx_uint_t i = 0; i < n; i++) nredis += ctx->results[i].store == RL_STORE_REDIS;
     if (nredis == 0) return 0;  // (every key of its zones was empty)
+    if (rejected_here(ctx)) return 0;
     // At most one call per result; each result's index goes into exactly one call.
     auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
     auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(r->pool, n * sizeof(ngx_uint_t)));
@@ -427,9 +467,12 @@ void abandon(rl_ctx_t* ctx, bool timed_out) {
 
 // The request is over: the in-flight slots it holds go back.
 void redis_end(rl_ctx_t* ctx) noexcept {
-    abandon(ctx, false);
     rl_calls_t* cs = calls_of(ctx);
     if (cs == nullptr) return;
+    for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
+        if (cs->calls[k].state == RL_CALL_PENDING) arm_late_refund(&cs->calls[k], true);
+    }
+    abandon(ctx, false);
     for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
         rl_call_t* call = &cs->calls[k];
         while (rl_held_t* held = call->held) {
@@ -452,7 +495,7 @@ void redis_give_back(rl_ctx_t* ctx) noexcept {
     for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
         rl_call_t* call = &cs->calls[k];
         if (call->state == RL_CALL_FAILED && call->batch != nullptr) {
-            arm_late_refund(call);
+            arm_late_refund(call, false);
             continue;
         }
         if (call->state != RL_CALL_DONE) continue;
@@ -465,7 +508,11 @@ void redis_give_back(rl_ctx_t* ctx) noexcept {
                                                      ngx_alloc(call->nchecks * sizeof(rl::RedisCheck), call->redis->conn.log)));
         if (checks != nullptr) send_refund(call->redis, call->node, checks, call->nchecks);
         ngx_free(checks);
-        for (ngx_uint_t i = 0; i < call->nchecks; i++) ctx->results[call->checks[i]].consumed = false;
+        for (ngx_uint_t i = 0; i < call->nchecks; i++) {
+            rl_result_t& res = ctx->results[call->checks[i]];
+            if (res.consumed) rl_rejected_forget(res);  // units back: a rejection of its key may no longer hold
+            res.consumed = false;
+        }
     }
 }
 
@@ -476,6 +523,8 @@ void redis_decided(rl_ctx_t* ctx) noexcept {
     if (cs == nullptr) return;
     for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
         rl_call_t* call = &cs->calls[k];
+        // Timed out, the request let through (on_error): a slot Redis grants late goes back.
+        if (call->state == RL_CALL_FAILED) arm_late_refund(call, true);
         call->batch = nullptr;
         if (call->state != RL_CALL_DONE) continue;
         for (ngx_uint_t i = 0; i < call->nchecks; i++) {

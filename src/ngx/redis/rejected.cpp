@@ -1,0 +1,48 @@
+// Rejections remembered: one slot per key beside its own in the zone's table, under the zone's lock.
+#include "ngx/redis/rejected.h"
+
+#include "core/rejected.h"
+#include "core/slot_table.h"
+
+namespace {
+
+uint8_t tag_of(const rl_result_t& res) { return static_cast<uint8_t>(rl::kRejectedTag | static_cast<uint8_t>(res.policy->algo)); }
+
+// An entry per key and policy: locations applying the zone with other bursts or delays, or a
+// tier's other rate, get answers of their own.
+rl::KeyHash key_of(const rl_result_t& res) { return rl::rejection_key(res.hash, *res.policy); }
+
+}  // namespace
+
+int64_t rl_rejected_now() noexcept {
+    // Monotonic: the same clock in every worker of the host, and it never steps.
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+bool rl_rejected_check(rl_result_t& res, int64_t now) noexcept {
+    const rl_zone_t* zone = res.applied->zone;
+    if (res.cost <= 0 || !rl::is_rate(res.policy->algo)) return false;
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl::Slot* slot = rl::table_find(zone->table, key_of(res), tag_of(res));
+    bool hit = slot != nullptr && rl::cached_rejection(slot->state, *res.policy, now, res.cost, &res.decision);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+    return hit;
+}
+
+void rl_rejected_remember(const rl_result_t& res, int64_t now) noexcept {
+    if (!rl::rejection_cacheable(res.decision, *res.policy, res.cost)) return;
+    const rl_zone_t* zone = res.applied->zone;
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    rl::Slot* slot = rl::table_acquire(zone->table, key_of(res), tag_of(res), nullptr);
+    slot->state = rl::remember_rejection(res.decision, now, res.cost);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+void rl_rejected_forget(const rl_result_t& res) noexcept {
+    const rl_zone_t* zone = res.applied->zone;
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    if (rl::Slot* slot = rl::table_find(zone->table, key_of(res), tag_of(res))) slot->state = rl::State{};
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}

@@ -1,0 +1,108 @@
+# Rejections Redis made are remembered on the host until their Retry-After: the key's requests
+# are rejected meanwhile without a call to Redis, with the headers Redis would give; a refund
+# on this host forgets it; exactness across hosts is unchanged (only rejections are cached).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use RLTest;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $redis = start_redis();
+my $rp = $redis->port;
+
+sub calls {  # script runs Redis has served (FCALL or EVALSHA)
+    my $info = $redis->cli('INFO', 'commandstats');
+    my $n = 0;
+    $n += $1 while $info =~ /cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/g;
+    return $n;
+}
+
+my $conf = <<"EOF2";
+    ratelimit_redis main 127.0.0.1:$rp;
+    ratelimit_zone slow  key=\$arg_k rate=1r/m redis=main;
+    ratelimit_zone fast  key=\$arg_k rate=10r/s redis=main;
+    ratelimit_zone big   key=\$arg_k requests=5 period=1h burst=4 redis=main;
+    ratelimit_redis other 127.0.0.1:$rp;
+    ratelimit_zone one   key=\$arg_k requests=1 period=1h redis=other;
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        add_header X-Status \$ratelimit_status always;
+        location /slow { ratelimit zone=slow; empty_gif; }
+        location /fast { ratelimit zone=fast; empty_gif; }
+        location /cost { ratelimit zone=big quantity=\$arg_q; empty_gif; }
+        location /one  { ratelimit zone=one; empty_gif; }
+        # Two calls (two ratelimit_redis): one admits, the other rejects: the admitted unit is
+        # refunded, and a rejection of its key remembered here is forgotten.
+        location /two  { ratelimit zone=big quantity=\$arg_q; ratelimit zone=one; empty_gif; }
+    }
+EOF2
+my $n = start_nginx($conf, workers => 2);
+my $m = start_nginx($conf, workers => 1);
+
+# A slow limit: once Redis rejected the key, no call at all while it is rejected.
+my $k = fresh_key('slow');
+my ($st) = $n->get("/slow?k=$k");
+is($st, 200, 'slow: the first request passes');
+($st, my $h) = $n->get("/slow?k=$k");
+is($st, 429, 'slow: the second is rejected by Redis');
+my $retry = $h->{'retry-after'};
+my $before = calls();
+my @st = map { ($n->get("/slow?k=$k"))[0] } 1 .. 40;
+is(scalar(grep { $_ == 429 } @st), 40, 'slow: 40 more requests rejected (both workers)');
+is(calls(), $before, 'slow: ... without one call to Redis');
+($st, $h) = $n->get("/slow?k=$k");
+like($h->{'retry-after'} // '', qr/^\d+$/, 'slow: Retry-After still sent');
+ok($h->{'retry-after'} <= $retry && $h->{'retry-after'} >= $retry - 2, "slow: Retry-After counts down ($retry -> $h->{'retry-after'})");
+like($h->{'ratelimit'} // '', qr/^"slow";r=0;t=\d+$/, 'slow: RateLimit header as Redis gives it');
+is($h->{'x-status'}, 'REJECTED', 'slow: $ratelimit_status REJECTED');
+# Another host has its own memory: it asks Redis once, and is rejected there too.
+($st) = $m->get("/slow?k=$k");
+is($st, 429, 'slow: another host is rejected by Redis');
+is(calls(), $before + 1, 'slow: ... after one call of its own');
+
+# A fast limit: the entry expires with Redis's wait, and the key is admitted again.
+$k = fresh_key('fast');
+$n->get("/fast?k=$k");
+($st, $h) = $n->get("/fast?k=$k");
+is($st, 429, 'fast: rejected within 100 ms');
+sleep(0.15);
+($st) = $n->get("/fast?k=$k");
+is($st, 200, 'fast: admitted once the wait passed');
+
+# Costs: a rejection of a costly request does not reject a cheaper one that fits.
+$k = fresh_key('cost');
+($st) = $n->get("/cost?k=$k&q=3");
+is($st, 200, 'cost: 3 of 5 taken');
+($st) = $n->get("/cost?k=$k&q=3");
+is($st, 429, 'cost: 3 more rejected');
+($st) = $n->get("/cost?k=$k&q=2");
+is($st, 200, 'cost: 2 still fit (the remembered rejection was for 3)');
+$before = calls();
+($st) = $n->get("/cost?k=$k&q=1");
+is($st, 429, 'cost: full now');
+is(calls(), $before + 1, 'cost: ... as Redis said');
+
+# A refund on this host forgets the rejection: units given back are asked for again.
+$k = fresh_key('refund');
+($st) = $n->get("/cost?k=$k&q=4");
+is($st, 200, 'refund: 4 of 5 taken');
+($st) = $n->get("/cost?k=$k&q=2");
+is($st, 429, 'refund: 2 more rejected by Redis');
+$before = calls();
+($st) = $n->get("/cost?k=$k&q=2");
+is($st, 429, 'refund: rejected again');
+is(calls(), $before, 'refund: ... from memory');
+($st) = $n->get("/one?k=$k");
+is($st, 200, 'refund: the other limit takes its only unit');
+($st) = $n->get("/two?k=$k&q=1");
+is($st, 429, 'refund: a request the other limit rejects (big admitted it, then got it back)');
+$before = calls();
+($st) = $n->get("/cost?k=$k&q=2");
+is($st, 429, 'refund: 2 still do not fit');
+is(calls(), $before + 1, 'refund: ... but Redis was asked: the rejection was forgotten');
+($st) = $n->get("/cost?k=$k&q=1");
+is($st, 200, 'refund: the unit given back is there');
+
+done_testing();

@@ -1,0 +1,164 @@
+# Block after abuse (block=TIME): a key its limit rejected stays rejected for TIME though its rate
+# refills, in shared memory and in Redis (two nginx sharing it); Retry-After counts the block
+# down; $ratelimit_status BLOCKED; other keys and other limits' rejections unaffected; the
+# block of a `ratelimit` line overrides the zone's; dry run passes and logs "would block";
+# nginx -t refuses it on concurrency and sync zones.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use RLTest;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $redis = start_redis();
+my $rp = $redis->port;
+
+my $http = <<"EOF";
+    ratelimit_redis main 127.0.0.1:$rp prefix=t29:;
+    ratelimit_zone shm   key=\$arg_k rate=10r/s block=2s;
+    ratelimit_zone plain key=\$arg_k rate=10r/s;
+    ratelimit_zone long  key=\$arg_k rate=10r/s block=30s;
+    ratelimit_zone tight key=\$arg_k requests=1 period=1h;
+    ratelimit_zone bys   key=\$arg_k rate=10r/s block=2s;
+    ratelimit_zone dry   key=\$arg_k rate=10r/s block=2s;
+    ratelimit_zone red   key=\$arg_k rate=10r/s block=2s redis=main;
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        add_header X-Status \$ratelimit_status always;
+        location /shm      { ratelimit zone=shm; empty_gif; }
+        location /plain    { ratelimit zone=plain; empty_gif; }
+        location /line     { ratelimit zone=plain block=3s; empty_gif; }
+        location /override { ratelimit zone=long block=2s; empty_gif; }
+        location /two      { ratelimit zone=tight; ratelimit zone=bys; empty_gif; }
+        location /bys      { ratelimit zone=bys; empty_gif; }
+        location /dry      { ratelimit_dry_run on; ratelimit zone=dry; empty_gif; }
+        location /redis    { ratelimit zone=red; empty_gif; }
+    }
+EOF
+my $n = start_nginx($http);
+my $m = start_nginx($http);  # a second host on the same Redis
+
+sub hit {
+    my ($inst, $path) = @_;
+    my ($st, $h) = $inst->get($path);
+    my ($item) = parse_sf_list($h->{ratelimit} // '');
+    return ($st // 'ERR', $h->{'x-status'} // '', $h->{'retry-after'} // '', $item ? $item->{r} : '-');
+}
+
+# Hits until a request passes (nothing a blocked key sends extends its block); the time it took
+# from $t0, or undef if none passed within $limit seconds.
+sub passes_after {
+    my ($inst, $path, $t0, $limit) = @_;
+    while (time - $t0 < $limit) {
+        my ($st) = hit($inst, $path);
+        return time - $t0 if $st eq '200';
+        sleep 0.05;
+    }
+    return undef;
+}
+
+# The rejection that starts a block, then the block: in shared memory and in Redis.
+for my $c (['shared memory', '/shm', $n, $n, 'p1'], ['Redis', '/redis', $n, $m, 'p2']) {
+    my ($what, $path, $first, $other, $pk) = @$c;
+    my @plain = map { (hit($n, "/plain?k=$pk"))[0] } 1 .. 2;
+    is("@plain", '200 429', "$what: (a zone without block rejects the second request too)");
+    my ($st) = hit($first, "$path?k=a");
+    is($st, '200', "$what: the first request passes");
+    my $t0 = time;
+    my ($st2, $x2, $ra2) = hit($first, "$path?k=a");
+    is("$st2 $x2", '429 REJECTED', "$what: the second, 10r/s, is rejected by the rate");
+    is($ra2, '2', "$what: its Retry-After is the block's 2s, not the rate's 0.1s");
+    sleep 0.3;  # the rate has refilled three times over
+    my ($pst) = hit($n, "/plain?k=$pk");
+    is($pst, '200', "$what: (and then passes: the rate refilled)");
+    my ($st3, $x3, $ra3, $r3) = hit($other, "$path?k=a");
+    is("$st3 $x3", '429 BLOCKED', "$what: blocked though the rate refilled"
+       . ($other == $first ? '' : ', on the other nginx too'));
+    is($ra3, '2', "$what: Retry-After counts the block down (1.7s left)");
+    is($r3, '0', "$what: RateLimit remaining 0 while blocked");
+    my ($sb, $xb) = hit($first, "$path?k=b");
+    is("$sb $xb", '200 PASSED', "$what: another key is not blocked");
+    my $ra = settle_value(sub { (hit($first, "$path?k=a"))[2] }, '1', timeout => 2, after => 0);
+    is($ra, '1', "$what: Retry-After 1 in the block's last second");
+    my $took = passes_after($other, "$path?k=a", $t0, 4);
+    ok(defined $took && $took >= 1.95, "$what: passes again once the block is over, not before")
+      or diag('after ' . ($took // 'never'));
+    ok(defined $took && $took < 3, "$what: requests while blocked did not extend the block")
+      or diag('after ' . ($took // 'never'));
+}
+like($n->error_log, qr/limiting request by zone "shm", retry in 0\.\d{3}s, blocked for 2\.000s/,
+     'log: the rejection that starts a block');
+like($n->error_log, qr/limiting request by zone "shm", blocked for 1\.\d{3}s/, 'log: a rejection by the block');
+like($m->error_log, qr/limiting request by zone "red", blocked for 1\.\d{3}s/, 'log: the other nginx, blocked by Redis');
+
+# The block lives in Redis beside the key's state.
+{
+    hit($n, '/redis?k=c');
+    hit($n, '/redis?k=c');
+    my $keys = $redis->cli('--scan', '--pattern', 't29:{red:*}:gcra:block');
+    my @keys = grep { length } split /\n/, $keys;
+    is(scalar @keys, 1, 'Redis: one block key') or diag($keys);
+    my $ttl = @keys ? $redis->cli('PTTL', $keys[0]) : -2;
+    ok($ttl > 1500 && $ttl <= 2001, 'Redis: the block key expires with the block') or diag("PTTL $ttl");
+}
+
+# A block on the `ratelimit` line: where the zone has none, and overriding the zone's 30s.
+{
+    hit($n, '/line?k=l') for 1 .. 2;
+    like($n->error_log, qr/by zone "plain", retry in 0\.\d{3}s, blocked for 3\.000s/, 'the line\'s block=3s');
+    hit($n, '/override?k=o');
+    my $t0 = time;
+    hit($n, '/override?k=o');
+    like($n->error_log, qr/by zone "long", retry in 0\.\d{3}s, blocked for 2\.000s/, 'the line\'s 2s over the zone\'s 30s');
+    my $took = passes_after($n, '/override?k=o', $t0, 5);
+    ok(defined $took && $took < 3, 'the line\'s block ends after 2s') or diag('after ' . ($took // 'never'));
+}
+
+# Another limit's rejection starts no block.
+{
+    is((hit($n, '/two?k=x'))[0], '200', 'two limits: the first request passes both');
+    sleep 0.3;
+    my ($st, $x) = hit($n, '/two?k=x');
+    is("$st $x", '429 REJECTED', 'two limits: the second is rejected by the 1 per hour');
+    my ($sb, $xb) = hit($n, '/bys?k=x');
+    is("$sb $xb", '200 PASSED', 'the 10r/s limit with a block admitted it, and is not blocked');
+}
+
+# Dry run: the block is recorded, requests pass, the log says what would happen.
+{
+    my @st;
+    for (1 .. 2) { my ($s, $x) = hit($n, '/dry?k=d'); push @st, "$s $x" }
+    is("@st", '200 PASSED 200 REJECTED_DRY_RUN', 'dry run: both pass, the second would be rejected');
+    like($n->error_log, qr/limiting request \(dry run\) by zone "dry", would block for 2\.000s/, 'dry run: would block');
+    sleep 0.3;
+    my ($s, $x) = hit($n, '/dry?k=d');
+    is("$s $x", '200 REJECTED_DRY_RUN', 'dry run: the block is recorded: would be rejected though refilled');
+    like($n->error_log, qr/limiting request \(dry run\) by zone "dry", blocked for 1\.\d{3}s/, 'dry run: blocked, logged');
+    unlike($n->error_log, qr/limiting request by zone "dry"/, 'dry run: no line without "(dry run)"');
+}
+
+# nginx -t
+for my $c (
+    ['block below 1s', 'ratelimit_zone z key=$arg_k rate=1r/s block=500ms;   # BAD', qr/invalid block "block=500ms", it must be from 1s to 1y/],
+    ['block above a year', 'ratelimit_zone z key=$arg_k rate=1r/s block=1y1d;   # BAD', qr/invalid block "block=1y1d"/],
+    ['block on the line, invalid', "ratelimit_zone z key=\$arg_k rate=1r/s;\n    server { listen 127.0.0.1:%%PORT%%; location / {\n        ratelimit zone=z block=x;   # BAD\n    } }", qr/invalid block "block=x"/],
+    ['block on a concurrency zone', 'ratelimit_zone c key=$arg_k concurrency=2 block=10s;   # BAD', qr/"block" cannot be used with the concurrency zone "c"/],
+    ['block on a sync zone', "ratelimit_redis r 127.0.0.1:6379;\n    ratelimit_zone s key=\$arg_k rate=1r/s redis=r sync=100ms block=10s;   # BAD", qr/"block" cannot be used with "sync" in ratelimit zone "s": a block is not reconciled between hosts/],
+    ['block on the line of a concurrency zone', "ratelimit_zone c key=\$arg_k concurrency=2;\n    server { listen 127.0.0.1:%%PORT%%; location / {\n        ratelimit zone=c block=10s;   # BAD\n    } }", qr/"block" cannot be used with the concurrency zone "c"/],
+    ['block on the line of a sync zone', "ratelimit_redis r 127.0.0.1:6379;\n    ratelimit_zone s key=\$arg_k rate=1r/s redis=r sync=100ms;\n    server { listen 127.0.0.1:%%PORT%%; location / {\n        ratelimit zone=s block=10s;   # BAD\n    } }", qr/"block" cannot be used with "sync" in ratelimit zone "s"/],
+) {
+    my ($name, $conf, $re) = @$c;
+    my ($rc, $out, $file) = nginx_t($conf);
+    my $line = conf_line_of($file, '# BAD');
+    isnt($rc, 0, "$name: nginx -t fails");
+    like($out, $re, "$name: message") or diag($out);
+    like($out, qr/\Q in $file:$line\E\b/, "$name: names $file:$line") or diag($out);
+    like($out, qr/"ratelimit\w*" directive/, "$name: names the directive") or diag($out);
+}
+{
+    my ($rc, $out) = nginx_t('ratelimit_zone a key=$arg_k rate=1r/s block=1s; ratelimit_zone b key=$arg_k rate=1r/s block=1y algo=fixed;');
+    is($rc, 0, 'block from 1s to 1y: accepted') or diag($out);
+}
+
+done_testing();
