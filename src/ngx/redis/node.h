@@ -14,6 +14,7 @@ struct rl_redis_node_t {
     rl_redis_t* redis;
     ngx_queue_t queued;    // the request path's calls waiting for the end of the loop turn (request.cpp)
     ngx_uint_t nqueued;
+    ngx_uint_t batches;    // the request path's script runs in flight (request.cpp)
     unsigned reloading:1;  // a FUNCTION LOAD or SCRIPT LOAD is in flight after the code went missing
     unsigned scripts:1;    // the server took no FUNCTION LOAD (before Redis 7): EVALSHA instead
 };
