@@ -97,3 +97,14 @@ TEST(Rejected, AnEntryPerPolicy) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Rejected, AnEntryPerEpoch) {
+    rl::KeyHash k{11, 22};
+    rl::Policy a = gcra(10, 1000000);
+    EXPECT_TRUE(rl::rejection_key(k, a, 3) == rl::rejection_key(k, a, 3));
+    EXPECT_FALSE(rl::rejection_key(k, a, 3) == rl::rejection_key(k, a, 4));  // a connection failed since
+}
+
+}  // namespace

@@ -13,8 +13,8 @@ uint64_t mix(uint64_t h, int64_t v) {
 
 }  // namespace
 
-KeyHash rejection_key(const KeyHash& key, const Policy& p) {
-    uint64_t f = 0;
+KeyHash rejection_key(const KeyHash& key, const Policy& p, uint64_t epoch) {
+    uint64_t f = mix(0, static_cast<int64_t>(epoch));
     for (int64_t v : {p.requests, p.period_us, p.burst, p.delay_level, p.max_delay_units}) f = mix(f, v);
     return KeyHash{key.lo ^ f, key.hi ^ (f * 0xc4ceb9fe1a85ec53ULL)};
 }

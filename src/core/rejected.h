@@ -18,8 +18,8 @@ namespace rl {
 constexpr uint8_t kRejectedTag = 0x80;  // slot algo = kRejectedTag | policy algo
 
 // Where the entry of a key's rejections under `p` is kept: the key's hash mixed with the
-// policy's numbers (another burst or rate decides otherwise).
-KeyHash rejection_key(const KeyHash& key, const Policy& p);
+// policy's numbers (another burst or rate decides otherwise) and the caller's `epoch`.
+KeyHash rejection_key(const KeyHash& key, const Policy& p, uint64_t epoch = 0);
 
 // Whether a decision is worth remembering: a rejection with a finite wait, of a rate (a
 // concurrency slot may free at any time) without a block (Redis tells a block's rejections

@@ -68,6 +68,8 @@ struct rl_redis_t {
     ngx_event_t held_release;
     ngx_msec_t refresh_ms;    // a third of the shortest hold= of its concurrency zones (0: none)
     int64_t clock_offset_us;  // Redis's clock minus ours, as the last decide reply showed it
+    uint64_t epoch;           // connections of this worker that failed: rejections remembered
+                              // before (rejected.cpp) may be of a Redis that lost its state
     // Called when a node's connection fails or its server says it cannot take writes
     // (READONLY, MASTERDOWN): where the address comes from (Sentinel, DNS) may know better.
     void (*address_stale)(rl_redis_node_t* node);

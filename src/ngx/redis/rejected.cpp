@@ -3,14 +3,19 @@
 
 #include "core/rejected.h"
 #include "core/slot_table.h"
+#include "ngx/redis/conf.h"
 
 namespace {
 
 uint8_t tag_of(const rl_result_t& res) { return static_cast<uint8_t>(rl::kRejectedTag | static_cast<uint8_t>(res.policy->algo)); }
 
-// An entry per key and policy: locations applying the zone with other bursts or delays, or a
-// tier's other rate, get answers of their own.
-rl::KeyHash key_of(const rl_result_t& res) { return rl::rejection_key(res.hash, *res.policy); }
+// An entry per key and policy (locations applying the zone with other bursts or delays, or a
+// tier's other rate, get answers of their own) and per epoch of the worker's connections: after
+// a connection failed, Redis may have restarted without its state, so what it said before no
+// longer holds.
+rl::KeyHash key_of(const rl_result_t& res) {
+    return rl::rejection_key(res.hash, *res.policy, res.applied->zone->redis->epoch);
+}
 
 }  // namespace
 

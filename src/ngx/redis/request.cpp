@@ -574,6 +574,7 @@ void rl_redis_request_fill(rl_conn_t* conn) noexcept {
 
 void rl_redis_request_failed(rl_conn_t* conn) noexcept {
     auto* node = static_cast<rl_redis_node_t*>(conn->data);
+    node->redis->epoch++;  // rejections remembered until now may be of a Redis that lost its state
     while (!ngx_queue_empty(&node->queued)) {
         ngx_queue_t* q = ngx_queue_head(&node->queued);
         ngx_queue_remove(q);
