@@ -86,6 +86,9 @@ struct rl_zone_t {
     ngx_array_t* sync_policies;  // of rl::Policy: every policy it is applied with (the engine's)
     rl_sync_shm_t* sync_shm;     // the store's area: in the zone's block, before the table
     rl_sync_zone_t* sync;        // the worker's engine state (sync/round.cpp)
+    // period=day|week|month|year (policy.calendar): the windows' time zone (timezone=, from
+    // rl::find_time_zone), nullptr for UTC
+    const void* tz;
 };
 
 // One `ratelimit` line as written.
