@@ -39,6 +39,10 @@ conf_error('ratelimit_zone z key=$arg_k requests=5 period=day algo=gcra;',
            qr/calendar period is for algo=fixed or algo=sliding, not "gcra"/, 'a bucket algorithm');
 conf_error('ratelimit_zone z key=$arg_k requests=5 period=week algo=log;', qr/not "log"/, 'the log algorithm');
 conf_error('ratelimit_zone z key=$arg_k requests=5 period=fortnight;', qr/invalid period/, 'an unknown period');
+conf_error('ratelimit_zone z key=$arg_k concurrency=5 timezone=UTC;', qr/needs a calendar period/,
+           'timezone on a concurrency zone');
+conf_error('ratelimit_redis r 127.0.0.1:1; ratelimit_zone z key=$arg_k requests=5 period=day redis=r sync=1s;',
+           qr/"sync" cannot be used with a calendar period/, 'sync');
 {
     my ($rc, $o) = nginx_t(<<'EOF');
     ratelimit_zone d key=$arg_k requests=5 period=day timezone=America/New_York;

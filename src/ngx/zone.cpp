@@ -226,6 +226,7 @@ bool check_calendar(ngx_conf_t* cf, rl_zone_t* zone, const ngx_str_t& tz_arg) {
                       &tz_arg, &zone->name);
         return false;
     }
+    if (zone->concurrency) return true;  // check_concurrency refuses period= there
     if (!zone->algo_set) {
         zone->policy.algo = rl::Algo::fixed;
         zone->algo_set = true;
@@ -424,6 +425,9 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     }
     if (zone->policy.block_us > 0 && (zone->concurrency || default_concurrency > 0 || have_hold || zone->sync_us != 0)) {
         if (!rl_zone_check_block(cf, zone, nullptr)) return static_cast<char*>(NGX_CONF_ERROR);
+    }
+    if (zone->concurrency && tz_arg.len > 0 && !check_calendar(cf, zone, tz_arg)) {
+        return static_cast<char*>(NGX_CONF_ERROR);
     }
     if (zone->concurrency || default_concurrency > 0 || have_hold) {
         if (!check_concurrency(cf, zone, rate_param, default_concurrency, have_hold, sync_arg, mode_set)) {
