@@ -187,6 +187,26 @@ TEST(CalendarFixed, MonthEnd) {
     EXPECT_EQ(d.reset_us, 28 * kDay);
 }
 
+TEST(CalendarFixed, ClockBackAcrossABoundaryKeepsTheCount) {
+    CalendarKey k(calendar_policy(rl::Algo::fixed, 2, rl::Calendar::day), nullptr);
+    EXPECT_TRUE(k.at(utc(2026, 5, 2, 0, 1), 2).allowed);  // the quota of May 2nd used
+    // The clock steps back into May 1st: those 2 still count, until May 2nd has passed.
+    rl::Decision d = k.at(utc(2026, 5, 1, 23, 59));
+    EXPECT_FALSE(d.allowed);
+    EXPECT_EQ(d.retry_after_us, utc(2026, 5, 3) - utc(2026, 5, 1, 23, 59));
+}
+
+TEST(CalendarFixed, BoundsOfAnotherTimeReject) {
+    rl::Policy p = calendar_policy(rl::Algo::fixed, 5, rl::Calendar::day);
+    ASSERT_TRUE(rl::calendar_window(p.calendar, nullptr, utc(2026, 5, 1, 10), p.win));
+    // A clock a little past the boundary: the next window (shifted); days away: rejected, never.
+    EXPECT_TRUE(rl::decide(rl::State{}, p, utc(2026, 5, 2, 0, 0), 1).allowed);
+    EXPECT_EQ(rl::decide(rl::State{}, p, utc(2026, 5, 2, 1), 1).reset_us, 23 * kHour);
+    rl::Decision d = rl::decide(rl::State{}, p, utc(2026, 5, 5), 1);
+    EXPECT_FALSE(d.allowed);
+    EXPECT_EQ(d.retry_after_us, rl::kNever);
+}
+
 TEST(CalendarFixed, RefundInItsWindowOnly) {
     rl::Policy p = calendar_policy(rl::Algo::fixed, 5, rl::Calendar::day);
     ASSERT_TRUE(rl::calendar_window(p.calendar, nullptr, utc(2026, 5, 1, 10), p.win));
