@@ -45,7 +45,8 @@ build_deps() {
     ensure_packages g++:g++ make:make \
         nginx-dev:/usr/share/nginx/src/configure nginx-light:/usr/sbin/nginx \
         libpcre2-dev:/usr/include/pcre2.h zlib1g-dev:/usr/include/zlib.h \
-        libssl-dev:/usr/include/openssl/ssl.h libhiredis-dev:/usr/include/hiredis/hiredis.h
+        libssl-dev:/usr/include/openssl/ssl.h libhiredis-dev:/usr/include/hiredis/hiredis.h \
+        libhowardhinnant-date-dev:/usr/include/date/tz.h
 }
 
 test_deps() {
@@ -58,7 +59,7 @@ test_deps() {
         redis-sentinel:redis-sentinel libnet-dns-perl:/usr/share/perl5/Net/DNS.pm \
         perl:prove curl:curl wrk:wrk prometheus:promtool python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client \
         openssl:openssl libio-socket-ssl-perl:/usr/share/perl5/IO/Socket/SSL.pm \
-        fail2ban:fail2ban-regex
+        fail2ban:fail2ban-regex libhowardhinnant-date-dev:/usr/include/date/tz.h faketime:faketime
 }
 
 # Configures the nginx tree $1 with objects in $2 (once per tree, arguments and module

@@ -774,6 +774,61 @@ TEST_P(RedisDiff, Log) {
     expect_coverage(counts_, rl::Algo::log);
 }
 
+// Calendar windows (period=day|week|month, UTC, Berlin, New York) around DST changes and month
+// ends: nginx computes the bounds from its clock (here mostly the same as Redis's, sometimes
+// skewed by seconds, an hour or more than a window), Redis's clock decides which applies.
+TEST_P(RedisDiff, CalendarTimelines) {
+    std::mt19937_64 rng(108);
+    const void* zones[] = {nullptr, rl::find_time_zone("Europe/Berlin"), rl::find_time_zone("America/New_York")};
+    ASSERT_NE(zones[1], nullptr);
+    ASSERT_NE(zones[2], nullptr);
+    const rl::Calendar cals[] = {rl::Calendar::day, rl::Calendar::week, rl::Calendar::month};
+    // 2026-03-27, 2026-10-23, 2026-01-29, 2026-02-26 (UTC midnights): DST changes, month ends.
+    const int64_t starts[] = {1774569600LL * kSec, 1792713600LL * kSec, 1769644800LL * kSec, 1772064000LL * kSec};
+    const int64_t hour = 3600 * kSec;
+    int64_t skewed = 0, shifted_or_refused = 0, rounds = 60, events = 80;
+    for (int round = 0; round < rounds; round++) {
+        rl::Policy p;
+        p.algo = round % 2 ? rl::Algo::sliding : rl::Algo::fixed;
+        p.requests = rng() % 4 == 0 ? 1000 + static_cast<int64_t>(rng() % 100000) : 1 + static_cast<int64_t>(rng() % 20);
+        p.calendar = cals[rng() % 3];
+        p.period_us = rl::calendar_longest_us(p.calendar);
+        ASSERT_EQ(rl::finish_policy(p), nullptr);
+        const void* tz = zones[rng() % 3];
+        Limit l(p, "cal" + std::to_string(round), random_hash(rng));
+        int64_t t = starts[rng() % 4] + static_cast<int64_t>(rng() % static_cast<uint64_t>(24 * hour));
+        const int64_t step = p.calendar == rl::Calendar::day ? 3 * hour : p.calendar == rl::Calendar::week ? 20 * hour : 80 * hour;
+        for (int e = 0; e < events; e++) {
+            t += rng() % 4 == 0 ? 0 : static_cast<int64_t>(rng() % static_cast<uint64_t>(step));
+            int64_t seen = t;  // nginx's clock
+            uint64_t what = rng() % 100;
+            if (what < 15) {
+                const int64_t skews[] = {-2 * kSec, 2 * kSec, -hour, hour, -2 * p.period_us, 2 * p.period_us};
+                seen = t + skews[rng() % 6];
+                skewed++;
+            }
+            ASSERT_TRUE(rl::calendar_window(p.calendar, tz, seen, l.key.p.win));
+            if (t < l.key.p.win.start || t >= l.key.p.win.end) shifted_or_refused++;
+            std::string where = "calendar round " + std::to_string(round) + " event " + std::to_string(e) + " (" +
+                                std::string(rl::calendar_name(p.calendar)) + ", nginx's clock " +
+                                std::to_string(seen - t) + " us off)";
+            if (what >= 90) {
+                int64_t at, cost;
+                pick_refund(rng, l, t, at, cost);
+                run_call({&l}, t, {cost}, {at}, where);
+            } else {
+                const int64_t cost = rng() % 8 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(std::min<int64_t>(p.requests, 5)));
+                run_call({&l}, t, {cost}, {}, where);
+            }
+            if (HasFatalFailure()) return;
+        }
+    }
+    summary("calendar");
+    EXPECT_EQ(counts_.decisions[rl::Algo::fixed] + counts_.decisions[rl::Algo::sliding], rounds * events);
+    EXPECT_GT(counts_.rejected, rounds * events / 20);
+    EXPECT_GT(shifted_or_refused, skewed / 4);
+}
+
 // 2 to 4 checks of mixed algorithms per call: one rejection leaves every state untouched.
 TEST_P(RedisDiff, MultiCheckAllOrNothing) {
     std::mt19937_64 rng(107);

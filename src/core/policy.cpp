@@ -25,7 +25,13 @@ const char* finish_policy(Policy& p) {
     // Sliding window: requests * weight_scale and period * weight_scale stay within kBound.
     int64_t big = p.period_us > p.requests ? p.period_us : p.requests;
     bool exact = p.period_us <= kBound / p.requests;
-    p.weight_scale = exact ? p.period_us : kBound / big;
+    p.weight_scale = exact && p.calendar == Calendar::none ? p.period_us : kBound / big;
+    if (p.calendar != Calendar::none) {
+        if (is_bucket(p.algo) || p.algo == Algo::log || p.algo == Algo::concurrency) {
+            return "calendar periods are for the fixed and sliding window algorithms";
+        }
+        if (p.period_us != calendar_longest_us(p.calendar)) return "a calendar policy's period is its longest window";
+    }
     if (p.delay < kNoDelay || p.max_delay_us < 0) return "delay and max_delay must not be negative";
     finish_delay(p);
     return nullptr;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include "algorithm.h"
+#include "calendar.h"
 
 namespace rl {
 
@@ -23,6 +24,12 @@ struct Policy {
     // Block after abuse (block.h): once this limit rejects a key, every request of it is
     // rejected for block_us (0: none).
     int64_t block_us = 0;
+    // Calendar quotas (calendar.h), window algorithms only: windows are the calendar's
+    // (period_us is then calendar_longest_us), and `win` is the current one, set by the caller
+    // before deciding (from its clock and the zone's time zone). Calendar::none: windows are
+    // aligned to multiples of period_us from the epoch.
+    Calendar calendar = Calendar::none;
+    CalendarWindow win;
 
     // Derived by finish_policy():
     // Buckets keep a level in scaled units: a request costs `token` units, every
@@ -32,7 +39,9 @@ struct Policy {
     int64_t token = 1;
     int64_t depth = 1;
     // The sliding window weighs the previous window by (P - elapsed) / P, in steps of
-    // 1 / weight_scale: weight_scale == P (exact) unless P * R would leave kExact.
+    // 1 / weight_scale: weight_scale == P (exact) unless P * R would leave kExact. A calendar
+    // window (of length L, varying) is weighed by (L - elapsed) / L in steps of 1 / weight_scale,
+    // never exact: weight_scale = kExact / 4 / max(longest L, R).
     int64_t weight_scale = 1;
     // Shaping (delay.h): a request waits while the level after it is above delay_level, and is
     // rejected when above delay_level + max_delay_units; kNoDelay: never.

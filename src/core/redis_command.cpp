@@ -61,14 +61,16 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
             r.le_double(static_cast<int64_t>(p.algo));
             r.le_double(p.requests);
             r.le_double(p.period_us);
-            r.le_double(slots ? static_cast<int64_t>(c.owner & kOwnerMask) : p.burst);
-            r.le_double(p.refill);
-            r.le_double(p.token);
-            r.le_double(p.depth);
+            // A calendar window carries its bounds where windows have no use for bucket fields.
+            const bool cal = p.calendar != Calendar::none && (p.algo == Algo::fixed || p.algo == Algo::sliding);
+            r.le_double(slots ? static_cast<int64_t>(c.owner & kOwnerMask) : cal ? 1 : is_bucket(p.algo) ? p.burst : 0);
+            r.le_double(cal ? p.win.prev : p.refill);
+            r.le_double(cal ? p.win.start : p.token);
+            r.le_double(cal ? p.win.end : p.depth);
             r.le_double(p.weight_scale);
             r.le_double(clamp_cost(c.cost));
             r.le_double(slots ? static_cast<int64_t>(c.seq & kSeqMask) : c.at);
-            r.le_double(p.delay_level);
+            r.le_double(cal ? p.win.next : p.delay_level);
             r.le_double(p.max_delay_units);
             r.le_double(p.block_us);
         }

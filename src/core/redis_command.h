@@ -16,7 +16,14 @@
 //              depth, weight_scale, cost, at, delay_level, max_delay_units (-1: none), block_us
 //              (0: none);
 //              for algo 6 (concurrency), which has no burst and no `at`: burst = owner, at = seq
-//              (RedisCheck; masked to 48 and 52 bits)
+//              (RedisCheck; masked to 48 and 52 bits);
+//              for algos 3 and 4 (windows), burst is 0, or 1 for a calendar window (calendar.h),
+//              whose bounds then replace what windows do not use: refill = win.prev,
+//              token = win.start, depth = win.end, delay_level = win.next (computed by nginx
+//              from its clock). Redis's clock still decides: a now past win.end (before
+//              win.next) or before win.start (from win.prev) moves the windows by one
+//              (calendar_shift); a now outside [win.prev, win.next) rejects the check, retry
+//              -1 (never), as the C++ core does with such bounds
 //   (binary because one struct.unpack per check is far cheaper in Lua than twelve tonumber()s;
 //   the derived integers come from finish_policy: the script never recomputes a gcd)
 //

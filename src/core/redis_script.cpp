@@ -160,8 +160,11 @@ end
 constexpr char kFixed[] = R"lua(
 -- fixed_window.cpp: a = window start, b = count, c = time of the last counted admission -------
 
-local function decide_fixed(a, b, c, now, cost, req, per)
-  local start = now - now % per  -- window_start
+-- cs, ce, cn: a calendar window [cs, ce) holding now and the next one's end (calendar.h), or
+-- nil: windows aligned to per.
+local function decide_fixed(a, b, c, now, cost, req, per, cs, ce, cn)
+  local start
+  if cs then start = cs else start = now - now % per end  -- window_start
   local last = a
   if c > a then last = c end
   local count, till = 0, now
@@ -171,7 +174,16 @@ local function decide_fixed(a, b, c, now, cost, req, per)
     if count > req then count = req end
     if last > now then till = last end
   end
-  local fresh_in = till - till % per + per - now
+  local fresh_in
+  if not cs then
+    fresh_in = till - till % per + per - now
+  elseif till < ce then  -- calendar_end
+    fresh_in = ce - now
+  elseif till < cn then
+    fresh_in = cn - now
+  else
+    fresh_in = till + 1 + (cn - ce) - now
+  end
   local ok, retry = false, 0
   if cost > req then
     retry = -1
@@ -191,7 +203,8 @@ end
 constexpr char kSliding[] = R"lua(
 -- sliding_window.cpp: a = last admission counted, b = previous window's count, c = a's window's
 
--- floor((per - elapsed) * wsc / per): the previous window's weight, in 1/wsc.
+-- floor((per - elapsed) * wsc / per): the previous window's weight, in 1/wsc (per: this
+-- window's length).
 local function weight_at(per, wsc, elapsed)
   local left = per - elapsed
   if wsc == per then return left end
@@ -221,14 +234,30 @@ local function first_fit(req, per, wsc, prev, cur, cost, from)
   return -1
 end
 
-local function decide_sliding(a, b, c, now, cost, req, per, wsc)
-  local start = now - now % per  -- window_start
+-- cp, cs, ce, cn: calendar windows [cp, cs), [cs, ce) holding now, [ce, cn) (calendar.h), or
+-- nil: windows aligned to per.
+local function decide_sliding(a, b, c, now, cost, req, per, wsc, cp, cs, ce, cn)
+  local following, start = per, 0
+  if cs then
+    per, following, start = ce - cs, cn - ce, cs
+  else
+    start = now - now % per  -- window_start
+  end
   local prev, cur, back = b, c, 0
   if prev > req then prev = req end
   if cur > req then cur = req end
-  local stored = a - a % per  -- a's window
+  local stored = 0
+  if not cs then stored = a - a % per end  -- a's window
   local last = 0
-  if start <= stored then
+  if cs then
+    if a >= cs then
+      last = a  -- this window or a later one (the clock went back): counted as this one's
+    elseif a >= cp then
+      prev, cur = cur, 0
+    else
+      prev, cur = 0, 0
+    end
+  elseif start <= stored then
     -- The same window, or the clock went back: count from the stored window's start.
     if now < stored then
       back = stored - now
@@ -255,8 +284,8 @@ local function decide_sliding(a, b, c, now, cost, req, per, wsc)
     if at >= 0 then
       retry = at - elapsed
     else
-      at = first_fit(req, per, wsc, cur, 0, cost, 0)  -- the next window: cur becomes prev
-      if at >= 0 then retry = per - elapsed + at else retry = 2 * per - elapsed end
+      at = first_fit(req, following, wsc, cur, 0, cost, 0)  -- the next window: cur becomes prev
+      if at >= 0 then retry = per - elapsed + at else retry = per - elapsed + following end
     end
   end
   local after, rem, reset = cur, 0, 0
@@ -264,7 +293,7 @@ local function decide_sliding(a, b, c, now, cost, req, per, wsc)
   local left = req * wsc - weighted - after * wsc
   if left > 0 then rem = (left - left % wsc) / wsc end
   if after > 0 then
-    reset = 2 * per - elapsed
+    reset = per - elapsed + following
   elseif prev > 0 then
     reset = per - elapsed
   end
@@ -433,23 +462,38 @@ local function refund_leaky(a, b, c, now, units, refill)
   return after, b, c
 end
 
-local function refund_fixed(a, b, c, at, cost, per)
-  if at - at % per == a then b = drop(b, cost) end
+-- The start of the window holding t: aligned, or the known calendar window's (-1 beyond them).
+local function start_of(t, per, cp, cs, ce, cn)
+  if not cs then return t - t % per end
+  if t >= cs and t < ce then return cs end
+  if t >= cp and t < cs then return cp end
+  if t >= ce and t < cn then return ce end
+  return -1
+end
+
+local function refund_fixed(a, b, c, at, cost, per, cp, cs, ce, cn)
+  local w = start_of(at, per, cp, cs, ce, cn)
+  if w >= 0 and w == a then b = drop(b, cost) end
   return a, b, c
 end
 
-local function refund_sliding(a, b, c, at, cost, per)
-  local w = at - at % per
-  local stored = a - a % per
+local function refund_sliding(a, b, c, at, cost, per, cp, cs, ce, cn)
+  local w = start_of(at, per, cp, cs, ce, cn)
+  local stored = start_of(a, per, cp, cs, ce, cn)
+  if w < 0 or stored < 0 then return a, b, c end
+  local before = stored - per
+  if cs then  -- calendar_before
+    if stored == cs then before = cp elseif stored == ce then before = cs else before = -1 end
+  end
   if w == stored then
     c = drop(c, cost)
-  elseif w == stored - per then
+  elseif w == before then
     b = drop(b, cost)
   end
   return a, b, c
 end
 
-local function refund(algo, a, b, c, now, at, cost, per, burst, refill, tok, depth)
+local function refund(algo, a, b, c, now, at, cost, per, burst, refill, tok, depth, cp, cs, ce, cn)
   -- What a request of `cost` poured into a bucket; a bucket never held more than burst + 1.
   local units = cost
   if units > burst + 1 then units = burst + 1 end
@@ -457,8 +501,8 @@ local function refund(algo, a, b, c, now, at, cost, per, burst, refill, tok, dep
   if algo == 0 then return refund_gcra(a, b, c, now, units, refill, depth) end
   if algo == 1 then return refund_token(a, b, c, now, units, refill, depth) end
   if algo == 2 then return refund_leaky(a, b, c, now, units, refill) end
-  if algo == 3 then return refund_sliding(a, b, c, at, cost, per) end
-  return refund_fixed(a, b, c, at, cost, per)
+  if algo == 3 then return refund_sliding(a, b, c, at, cost, per, cp, cs, ce, cn) end
+  return refund_fixed(a, b, c, at, cost, per, cp, cs, ce, cn)
 end
 
 -- Removes up to `cost` entries equal to `at` (adjacent: entries are sorted); whether it did.
@@ -648,8 +692,11 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             end
             local a, b, c = 0, 0, 0
             if s then a, b, c = sunpack('<ddd', s) end
+            -- A calendar window (calendar.h): burst 1, refill, tok, depth, dl = its bounds.
+            local cp, cs, ce, cn
+            if algo >= 3 and burst == 1 then cp, cs, ce, cn = refill, tok, depth, dl end
             if refund_it then
-              local ra, rb, rc = refund(algo, a, b, c, now, at, units, per, burst, refill, tok, depth)
+              local ra, rb, rc = refund(algo, a, b, c, now, at, units, per, burst, refill, tok, depth, cp, cs, ce, cn)
               refund_it = ra ~= a or rb ~= b or rc ~= c
               a, b, c = ra, rb, rc
             end
@@ -659,10 +706,23 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
               ok, rem, reset, retry, w, x, y, z = decide_token(a, b, c, now, cost, burst, refill, tok, depth, dl, mu)
             elseif algo == 2 then
               ok, rem, reset, retry, w, x, y, z = decide_leaky(a, b, now, cost, burst, refill, tok, depth, dl, mu)
-            elseif algo == 3 then
-              ok, rem, reset, retry, w, x, y, z = decide_sliding(a, b, c, now, cost, req, per, wsc)
             else
-              ok, rem, reset, retry, w, x, y, z = decide_fixed(a, b, c, now, cost, req, per)
+              if cs and not (now >= cs and now < ce) then  -- calendar_shift: Redis's clock decides
+                if now >= ce and now < cn then
+                  cp, cs, ce, cn = cs, ce, cn, cn + (cn - ce)
+                elseif now >= cp and now < cs then
+                  cp, cs, ce, cn = cp - (cs - cp), cp, cs, ce
+                else
+                  cs = false  -- more than a window away from nginx's clock: rejected, never
+                end
+              end
+              if cs == false then
+                ok, rem, reset, retry, w = false, 0, 0, -1, false
+              elseif algo == 3 then
+                ok, rem, reset, retry, w, x, y, z = decide_sliding(a, b, c, now, cost, req, per, wsc, cp, cs, ce, cn)
+              else
+                ok, rem, reset, retry, w, x, y, z = decide_fixed(a, b, c, now, cost, req, per, cs, ce, cn)
+              end
             end
             if w and x == a and y == b and z == c then w = false end
             -- A refund that changed the state keeps it, with the TTL of the cost-0 decision on it.

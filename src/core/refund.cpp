@@ -44,16 +44,24 @@ void refund_leaky(State& s, const Policy& p, int64_t now, int64_t cost) {
     s.b = s.b > now ? s.b : now;
 }
 
+// The start of the window holding t: a calendar policy's known windows (-1 beyond them).
+int64_t start_of(const Policy& p, int64_t t) {
+    return p.calendar != Calendar::none ? calendar_start_of(p.win, t) : window_start(t, p.period_us);
+}
+
 void refund_fixed(State& s, const Policy& p, int64_t at, int64_t cost) {
-    if (window_start(at, p.period_us) == s.a) s.b = drop(s.b, cost);
+    int64_t w = start_of(p, at);
+    if (w >= 0 && w == s.a) s.b = drop(s.b, cost);
 }
 
 void refund_sliding(State& s, const Policy& p, int64_t at, int64_t cost) {
-    int64_t w = window_start(at, p.period_us);
-    int64_t stored = window_start(s.a, p.period_us);  // a is a time in the counted window
+    int64_t w = start_of(p, at);
+    int64_t stored = start_of(p, s.a);  // a is a time in the counted window
+    if (w < 0 || stored < 0) return;
+    int64_t before = p.calendar != Calendar::none ? calendar_before(p.win, stored) : stored - p.period_us;
     if (w == stored) {
         s.c = drop(s.c, cost);
-    } else if (w == stored - p.period_us) {
+    } else if (w == before) {
         s.b = drop(s.b, cost);
     }
 }

@@ -88,6 +88,9 @@ struct rl_zone_t {
     rl_sync_zone_t* sync;        // the worker's engine state (sync/round.cpp)
     ngx_array_t* policies;       // of rl::Policy: each distinct policy a `ratelimit` line applies it
                                  // with (finished), in configuration order; nullptr if none (api.cpp)
+    // period=day|week|month|year (policy.calendar): the windows' time zone (timezone=, from
+    // rl::find_time_zone), nullptr for UTC
+    const void* tz;
 };
 
 // One `ratelimit` line as written.

@@ -8,6 +8,7 @@
 #include "ngx/metrics.h"
 #include "ngx/store.h"
 #include "ngx/tier.h"
+#include "ngx/zone.h"
 
 void rl_ctx_cleanup(void* data) noexcept {
     auto* ctx = static_cast<rl_ctx_t*>(data);
@@ -86,6 +87,12 @@ rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcep
         res.applied = &applied[i];
         res.policy = &applied[i].policy;
         if (applied[i].tiered) res.policy = rl_tier_policy(r, applied[i], rl_ctx_policies(ctx) + (m - 1));
+        if (res.policy->calendar != rl::Calendar::none) {
+            // The window of the request's time (nginx's cached clock; a store's clock a little
+            // past a boundary moves to the next window: rl::calendar_shift).
+            ngx_time_t* tp = ngx_timeofday();
+            rl_calendar_window(res, static_cast<int64_t>(tp->sec) * 1000000 + static_cast<int64_t>(tp->msec) * 1000);
+        }
         res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
         res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
         res.store = applied[i].zone->store->decide ? RL_STORE_SHM : RL_STORE_REDIS;

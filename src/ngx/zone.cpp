@@ -217,10 +217,54 @@ bool check_concurrency(ngx_conf_t* cf, rl_zone_t* zone, const char* rate_param, 
     return true;
 }
 
+// A calendar zone (period=day|week|month|year [timezone=Area/City]): a window algorithm (fixed
+// unless algo=sliding), no sync, and a time zone the tz database knows.
+bool check_calendar(ngx_conf_t* cf, rl_zone_t* zone, const ngx_str_t& tz_arg) {
+    if (zone->policy.calendar == rl::Calendar::none) {
+        if (tz_arg.len == 0) return true;
+        rl_conf_error(cf, "\"%V\" needs a calendar period (period=day, week, month or year) in ratelimit zone \"%V\"",
+                      &tz_arg, &zone->name);
+        return false;
+    }
+    if (zone->concurrency) return true;  // check_concurrency refuses period= there
+    if (!zone->algo_set) {
+        zone->policy.algo = rl::Algo::fixed;
+        zone->algo_set = true;
+    }
+    if (zone->policy.algo != rl::Algo::fixed && zone->policy.algo != rl::Algo::sliding) {
+        std::string_view name = rl::algo_name(zone->policy.algo);
+        ngx_str_t algo{name.size(), reinterpret_cast<u_char*>(const_cast<char*>(name.data()))};
+        rl_conf_error(cf, "a calendar period is for algo=fixed or algo=sliding, not \"%V\", in ratelimit zone \"%V\"",
+                      &algo, &zone->name);
+        return false;
+    }
+    if (zone->sync_us != 0) {
+        rl_conf_error(cf, "\"sync\" cannot be used with a calendar period in ratelimit zone \"%V\"", &zone->name);
+        return false;
+    }
+    // Once here: checks the library and loads the zone's rules before the workers start.
+    rl::CalendarWindow w;
+    if (!rl::calendar_window(zone->policy.calendar, zone->tz, static_cast<int64_t>(ngx_time()) * 1000000, w)) {
+        rl_conf_error(cf, "cannot compute the calendar windows of ratelimit zone \"%V\"", &zone->name);
+        return false;
+    }
+    zone->policy.win = w;
+    return true;
+}
+
 }  // namespace
+
+void rl_calendar_window(const rl_result_t& res, int64_t now) noexcept {
+    const rl::Policy* p = res.policy;
+    if (p->calendar == rl::Calendar::none || (now >= p->win.start && now < p->win.end)) return;
+    // The applied policy (a calendar one is never a tier's): this worker's, in its
+    // configuration's memory; computed again only when now leaves its window.
+    rl::calendar_window(p->calendar, res.applied->zone->tz, now, const_cast<rl::Policy*>(p)->win);
+}
 
 // ratelimit_zone NAME key=STRING (rate=R | rate=$VAR default_rate=R | requests=N period=T) [burst=N|$VAR]
 //                [size=S] [algo=A] [block=TIME] [redis=NAME [sync=TIME [sync_mode=optimistic|lease]]]
+//                (period=day|week|month|year: [timezone=Area/City], check_calendar)
 // ratelimit_zone NAME key=STRING (concurrency=N | concurrency=$VAR default_concurrency=N) [size=S]
 //                [redis=NAME [hold=TIME]]
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
@@ -250,6 +294,7 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     size_t size = kDefaultZoneSize;
     rl::Policy dflt;
     ngx_str_t sync_arg = ngx_null_string;
+    ngx_str_t tz_arg = ngx_null_string;
     bool mode_set = false;
     const char* rate_param = nullptr;  // a rate's parameter, refused with concurrency=
     bool have_hold = false;
@@ -309,10 +354,20 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             have_requests = true;
         } else if (rl_arg(a, "period=", v)) {
             rate_param = "period";
-            if (!rl::parse_duration(rl_sv(v), zone->policy.period_us)) {
+            if (rl::parse_calendar(rl_sv(v), zone->policy.calendar)) {
+                zone->policy.period_us = rl::calendar_longest_us(zone->policy.calendar);
+            } else if (!rl::parse_duration(rl_sv(v), zone->policy.period_us)) {
                 return rl_conf_error(cf, "invalid period \"%V\"", &a);
             }
             have_period = true;
+        } else if (rl_arg(a, "timezone=", v)) {
+            tz_arg = a;
+            // A name such as Europe/Berlin (the tz database's: no file paths, no POSIX rules).
+            bool name_ok = v.len > 0 && v.data[0] != '/' && ngx_strlchr(v.data, v.data + v.len, '.') == nullptr;
+            zone->tz = name_ok ? rl::find_time_zone(rl_sv(v)) : nullptr;
+            if (zone->tz == nullptr) {
+                return rl_conf_error(cf, "unknown time zone \"%V\" in ratelimit zone \"%V\"", &v, &zone->name);
+            }
         } else if (rl_arg(a, "burst=", v)) {
             rate_param = "burst";
             if (rl_tier_is_variable(&v)) {
@@ -371,6 +426,9 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     if (zone->policy.block_us > 0 && (zone->concurrency || default_concurrency > 0 || have_hold || zone->sync_us != 0)) {
         if (!rl_zone_check_block(cf, zone, nullptr)) return static_cast<char*>(NGX_CONF_ERROR);
     }
+    if (zone->concurrency && tz_arg.len > 0 && !check_calendar(cf, zone, tz_arg)) {
+        return static_cast<char*>(NGX_CONF_ERROR);
+    }
     if (zone->concurrency || default_concurrency > 0 || have_hold) {
         if (!check_concurrency(cf, zone, rate_param, default_concurrency, have_hold, sync_arg, mode_set)) {
             return static_cast<char*>(NGX_CONF_ERROR);
@@ -384,6 +442,7 @@ char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
                            "not both", &zone->name);
     }
     if (!rl_tier_check_zone(cf, zone, have_default ? &dflt : nullptr)) return static_cast<char*>(NGX_CONF_ERROR);
+    if (!check_calendar(cf, zone, tz_arg)) return static_cast<char*>(NGX_CONF_ERROR);
     if (zone->algo_set && zone->burst_set && !rl::is_bucket(zone->policy.algo)) {
         std::string_view name = rl::algo_name(zone->policy.algo);
         ngx_str_t algo{name.size(), reinterpret_cast<u_char*>(const_cast<char*>(name.data()))};

@@ -4,6 +4,8 @@
 
 #include "ngx/conf.h"
 
+struct rl_result_t;
+
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 // The log algorithm for `zone` under `policy`, checked here once for the zone's own algo= and for
 // each `ratelimit` line that applies it (`where`): refused with sync= (hosts add counts, not
@@ -16,3 +18,6 @@ bool rl_zone_check_block(ngx_conf_t* cf, const rl_zone_t* zone, const rl_limit_t
 bool rl_zone_check_log(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy, const rl_limit_t* where) noexcept;
 // Once the http block is read: each zone's redis= names a ratelimit_redis, and its store.
 bool rl_zone_resolve(ngx_conf_t* cf, rl_zone_t* zone, rl_main_conf_t* mcf) noexcept;
+// A calendar zone's result (period=day...): its policy's window made the one holding `now`
+// (us), computed again only when now has left it; nothing for other zones.
+void rl_calendar_window(const rl_result_t& res, int64_t now) noexcept;
