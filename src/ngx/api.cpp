@@ -337,15 +337,20 @@ struct key_state_t {
     int64_t at_us;         // the store's time of the reading (unix us, store's clock)
 };
 
-ngx_int_t send_state(ngx_http_request_t* r, const rl_zone_t* zone, const key_state_t& s) {
-    json_t j;
-    if (!json_alloc(r, &j, 1024 + 6 * zone->name.len)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+// A reply about one key of a zone starts {"zone":...,"store":...
+void open_key_reply(json_t& j, const rl_zone_t* zone) {
     j.raw("{");
     j.key("zone");
     j.str(rl_sv(zone->name));
     j.raw(",");
     j.key("store");
     j.str(store_name(zone));
+}
+
+ngx_int_t send_state(ngx_http_request_t* r, const rl_zone_t* zone, const key_state_t& s) {
+    json_t j;
+    if (!json_alloc(r, &j, 1024 + 6 * zone->name.len)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    open_key_reply(j, zone);
     j.raw(",");
     j.key("found");
     j.raw(s.found ? "true" : "false");
@@ -451,12 +456,7 @@ ngx_uint_t reset_local(rl_zone_t* zone, const rl::KeyHash& hash) {
 ngx_int_t send_reset(ngx_http_request_t* r, const rl_zone_t* zone, ngx_uint_t local, int64_t redis_keys) {
     json_t j;
     if (!json_alloc(r, &j, 256 + 6 * zone->name.len)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    j.raw("{");
-    j.key("zone");
-    j.str(rl_sv(zone->name));
-    j.raw(",");
-    j.key("store");
-    j.str(store_name(zone));
+    open_key_reply(j, zone);
     j.raw(",\"reset\":true,");
     j.num("local_states", static_cast<int64_t>(local));
     if (redis_keys >= 0) {
