@@ -290,8 +290,12 @@ $sent{'oz ' . ($_ eq '503' ? 'error_denied' : $_ eq '200' ? 'passed' : "status $
 
 ($v) = scrape($n, 'redis, after the sleeps');
 is(rv('errors_total', $odd, reason => 'timeout'), 3, 'timeouts: one per request that timed out');
-is(rv('calls_total', $odd), 13, 'calls: the timed-out ones were sent');
-is(rv('round_trip_seconds_count', $odd), 13, 'round trips: their late replies are measured');
+# A worker sends at most two script runs before a reply: of the three sequential requests, the
+# third waits in its worker's queue if the first two went to the same worker, and times out there
+# without being sent. So 2 or 3 of them were sent, and each one sent got its late reply measured.
+my $calls = rv('calls_total', $odd);
+ok($calls == 12 || $calls == 13, "calls: the timed-out ones were sent, at most two per worker ($calls, 10 before)");
+is(rv('round_trip_seconds_count', $odd), $calls, 'round trips: their late replies are measured');
 ok(rv('round_trip_seconds_bucket', $odd, le => '0.25') <= 10, 'round trips: the late ones are above 250 ms');
 is(rv('in_flight', $odd), 0, 'nothing in flight once the late replies came');
 is(rv('errors_total', 'one', reason => 'timeout') + rv('errors_total', 'one', reason => 'overflow'), 3,
