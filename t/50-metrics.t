@@ -326,7 +326,7 @@ $n->stop;
 my $c = start_redis_cluster(primaries => 3);
 $n = start_nginx(<<"EOF");
     ratelimit_redis rc cluster ${\ $c->seeds} timeout=150ms;
-    ratelimit_zone cz key=\$arg_k rate=1000r/s burst=1000 redis=rc;
+    ratelimit_zone cz key=\$arg_k rate=1r/m burst=1000 redis=rc;  # keys that live a minute: new_key scans for them
     server {
         listen 127.0.0.1:%%PORT%% reuseport;
         ratelimit_on_error deny;

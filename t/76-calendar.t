@@ -66,7 +66,8 @@ my $rp = $redis->port;
 # Starts nginx whose clock begins at $start (UTC, "YYYY-MM-DD hh:mm:ss") and runs.
 sub faked {
     my ($start, $http) = @_;
-    local $ENV{LD_PRELOAD} = $libft;
+    # after what is preloaded already (the sanitizers' runtimes must come first)
+    local $ENV{LD_PRELOAD} = join(':', grep { defined && length } $ENV{LD_PRELOAD}, $libft);
     local $ENV{FAKETIME} = "\@$start";
     local $ENV{FAKETIME_DONT_RESET} = 1;
     local $ENV{TZ} = 'UTC';
