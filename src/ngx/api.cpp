@@ -335,6 +335,7 @@ struct key_state_t {
     int64_t blocked_us;    // a live block's time left, 0 if none
     int64_t in_flight;     // concurrency: slots taken
     int64_t at_us;         // the store's time of the reading (unix us, store's clock)
+    int64_t lease_units;   // a sync lease zone's view: units granted to this host, usable now (-1: none)
 };
 
 // A reply about one key of a zone starts {"zone":...,"store":...
@@ -347,19 +348,9 @@ void open_key_reply(json_t& j, const rl_zone_t* zone) {
     j.str(store_name(zone));
 }
 
-ngx_int_t send_state(ngx_http_request_t* r, const rl_zone_t* zone, const key_state_t& s) {
-    json_t j;
-    if (!json_alloc(r, &j, 1024 + 6 * zone->name.len)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    open_key_reply(j, zone);
-    j.raw(",");
-    j.key("found");
-    j.raw(s.found ? "true" : "false");
-    j.raw(",");
-    j.key("policy");
-    write_policy(j, s.policy);
-    j.raw(",");
-    j.num("limit", s.policy.requests);
-    j.raw(",");
+// The key's figures: remaining, reset, retry-after, in flight, block (a reply's, or a sync
+// zone's global state's).
+void write_figures(json_t& j, const key_state_t& s) {
     j.num("remaining", s.now.remaining);
     j.raw(",");
     j.ms("reset_ms", s.now.reset_us);
@@ -377,6 +368,38 @@ ngx_int_t send_state(ngx_http_request_t* r, const rl_zone_t* zone, const key_sta
     } else {
         j.raw("\"blocked_until\":null");
     }
+}
+
+// A sync zone's reply carries the global state too (global: nullptr, and why: Redis could not
+// tell it); others pass global = nullptr, why = {}.
+ngx_int_t send_state(ngx_http_request_t* r, const rl_zone_t* zone, const key_state_t& s,
+                     const key_state_t* global = nullptr, std::string_view why = {}) {
+    json_t j;
+    if (!json_alloc(r, &j, 2048 + 6 * (zone->name.len + why.size()))) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    open_key_reply(j, zone);
+    j.raw(",");
+    j.key("found");
+    j.raw(s.found ? "true" : "false");
+    j.raw(",");
+    j.key("policy");
+    write_policy(j, s.policy);
+    j.raw(",");
+    j.num("limit", s.policy.requests);
+    j.raw(",");
+    write_figures(j, s);
+    if (s.lease_units >= 0) {
+        j.raw(",");
+        j.num("lease_units", s.lease_units);
+    }
+    if (global != nullptr) {
+        j.raw(",\"global\":{");
+        write_figures(j, *global);
+        j.raw("}");
+    } else if (zone->sync_us != 0) {
+        j.raw(",\"global\":null,");
+        j.key("global_error");
+        j.str(why);
+    }
     j.raw("}");
     return send_json(r, NGX_HTTP_OK, j);
 }
@@ -393,9 +416,10 @@ void finish_state(key_state_t& s, const rl::State& state, const int64_t* ring, i
 }
 
 // The key's slot in the zone's table, read under the lock (a copy: nothing is consumed, nothing
-// made). Sync zones: this host's view, on the zone's clock.
-ngx_int_t inspect_local(ngx_http_request_t* r, rl_zone_t* zone, const rl::KeyHash& hash) {
-    key_state_t s{};
+// made). Sync zones: this host's view, on the zone's clock (lease: with the units it holds).
+ngx_int_t read_local(ngx_http_request_t* r, rl_zone_t* zone, const rl::KeyHash& hash, key_state_t& s) {
+    s = key_state_t{};
+    s.lease_units = -1;
     s.policy = primary_policy(zone);
     uint64_t ring_bytes = rl::ring_bytes(s.policy);
     int64_t* ring = nullptr;
@@ -414,6 +438,9 @@ ngx_int_t inspect_local(ngx_http_request_t* r, rl_zone_t* zone, const rl::KeyHas
         s.found = true;
         state = slot->state;
         if (ring != nullptr) ngx_memcpy(ring, rl::slot_ring(slot), ring_bytes);
+        if (zone->sync_shm != nullptr && zone->sync_mode == RL_SYNC_LEASE) {
+            s.lease_units = rl::lease_usable(rl_sync_key(slot)->lease, s.policy, now);
+        }
     }
     if (rl::Slot* b = rl::table_find(table, hash, static_cast<uint8_t>(rl::kBlockTag | algo))) {
         if (rl::block_live(b->state.a, now)) s.blocked_us = b->state.a - now;
@@ -421,7 +448,13 @@ ngx_int_t inspect_local(ngx_http_request_t* r, rl_zone_t* zone, const rl::KeyHas
     ngx_shmtx_unlock(&zone->shpool->mutex);
     s.at_us = now;
     finish_state(s, state, ring, now);
-    return send_state(r, zone, s);
+    return NGX_OK;
+}
+
+ngx_int_t inspect_local(ngx_http_request_t* r, rl_zone_t* zone, const rl::KeyHash& hash) {
+    key_state_t s;
+    ngx_int_t rc = read_local(r, zone, hash, s);
+    return rc == NGX_OK ? send_state(r, zone, s) : rc;
 }
 
 // The key's state in the zone's table goes (every algorithm's, its blocks, the rejections
@@ -482,10 +515,12 @@ struct api_wait_t {
     uint16_t slot;
     uint8_t tries;
     bool del;                 // DELETE: DEL of the key's Redis keys; else the inspection's checks
+    bool sync;                // GET of a sync zone: `view` is this host's, `state` the global one
     bool done;
     ngx_event_t timer;
     ngx_uint_t local;         // DELETE: local states reset
     key_state_t state;
+    key_state_t view;
     rl::Policy policies[2];   // the inspection's: cost 1 without block; the rejecting check's
     rl::RedisCheck checks[3];
 };
@@ -504,9 +539,11 @@ void wait_end(api_wait_t* w, ngx_int_t rc) {
     ngx_http_run_posted_requests(c);
 }
 
+// A sync zone's view is still shown when Redis cannot tell the global state.
 void wait_fail(api_wait_t* w, std::string_view why) {
     if (w->done) return;
-    ngx_int_t rc = send_error(w->r, NGX_HTTP_SERVICE_UNAVAILABLE, why);
+    ngx_int_t rc = w->sync ? send_state(w->r, w->zone, w->view, nullptr, why)
+                           : send_error(w->r, NGX_HTTP_SERVICE_UNAVAILABLE, why);
     wait_end(w, rc);
 }
 
@@ -599,7 +636,7 @@ void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
             wait_fail(w, "redis: unexpected reply to the check");
             return;
         }
-        rc = send_state(w->r, w->zone, w->state);
+        rc = w->sync ? send_state(w->r, w->zone, w->view, &w->state) : send_state(w->r, w->zone, w->state);
     }
     wait_end(w, rc);
 }
@@ -624,7 +661,9 @@ ngx_int_t wait_start(api_wait_t* w) {
     w->node = redis->cluster ? rl_cluster_route(redis, w->slot) : redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr;
     if (!wait_send(w, false)) {
         w->done = true;
-        return send_error(w->r, NGX_HTTP_SERVICE_UNAVAILABLE, "redis unavailable (not connected, or too much pending)");
+        static constexpr std::string_view kWhy = "redis unavailable (not connected, or too much pending)";
+        return w->sync ? send_state(w->r, w->zone, w->view, nullptr, kWhy)
+                       : send_error(w->r, NGX_HTTP_SERVICE_UNAVAILABLE, kWhy);
     }
     ngx_add_timer(&w->timer, w->zone->timeout > 0 ? w->zone->timeout : 1000);
     w->r->main->count++;
@@ -635,10 +674,18 @@ ngx_int_t wait_start(api_wait_t* w) {
 // rejects it); group 2, the key at cost 1 without a block, with a check of another algorithm's
 // key (the same hash tag) beyond any capacity: the group is rejected, so it changes nothing,
 // and the first check reports its own wait for one unit.
+// A sync zone's global state is the per-request zone's key, in the same format: asked the same
+// way, beside this host's view.
 ngx_int_t inspect_redis(ngx_http_request_t* r, rl_zone_t* zone, const rl::KeyHash& hash) {
     api_wait_t* w = wait_new(r, zone);
     if (w == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    if (zone->sync_us != 0) {
+        w->sync = true;
+        ngx_int_t rc = read_local(r, zone, hash, w->view);
+        if (rc != NGX_OK) return rc;
+    }
     w->state.policy = primary_policy(zone);
+    w->state.lease_units = -1;
     const rl::Policy& p = w->state.policy;
     w->policies[0] = p;
     w->policies[0].block_us = 0;
@@ -739,7 +786,7 @@ ngx_int_t rl_api_handler(ngx_http_request_t* r) noexcept {
     if (const char* why = request_key(r, &key)) return send_error(r, NGX_HTTP_BAD_REQUEST, why);
     rl::KeyHash hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
     bool redis = zone->redis != nullptr;
-    if (read) return redis && zone->sync_us == 0 ? inspect_redis(r, zone, hash) : inspect_local(r, zone, hash);
+    if (read) return redis ? inspect_redis(r, zone, hash) : inspect_local(r, zone, hash);
     ngx_uint_t local = reset_local(zone, hash);
     ngx_log_error(NGX_LOG_NOTICE, r->connection->log, 0, "ratelimit_api: a key of zone \"%V\" reset", &zone->name);
     return redis ? reset_redis(r, zone, hash, local) : send_reset(r, zone, local, -1);
