@@ -54,13 +54,18 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
     rl::Decision d = rl::decide(slot->state, p, now, 0);
     d.allowed = false;
     d.remaining = usable;
-    if (!(res.flags & RL_SYNC_WAITED2) && k->retry_at <= now) {
+    // Before retry_at, still asked every few intervals (refresh_due): units may have come back
+    // since Redis said it (another host's give-back, the key reset by ratelimit_api's DELETE).
+    const rl_zone_t* zone = res.applied->zone;
+    if (!(res.flags & RL_SYNC_WAITED2) &&
+        (k->retry_at <= now || rl::refresh_due(k->refresh_at, now, zone->sync_us))) {
         res.flags |= RL_SYNC_WAIT;  // the access handler sends an ask and decides again
         d.retry_after_us = 0;
         return d;
     }
     // Redis said lately that no unit fits before retry_at (or it waited twice): rejected,
-    // without asking again (a hot key over its limit costs no round trip per request).
+    // without asking again (a hot key over its limit costs no round trip per request, one per
+    // few intervals).
     d.retry_after_us = k->retry_at > now ? k->retry_at - now : p.period_us / p.requests + 1;
     return d;
 }

@@ -18,7 +18,7 @@ struct rl_sync_key_t {
     int64_t retry_at;     // lease: when Redis said a refused ask would fit (zone clock), 0 if none
     int64_t asked_at;     // lease: an ask for this key is in flight since then (zone clock), 0 if none
     rl::State fallback;   // lease while Redis is away: the local limit / hosts
-    int64_t refresh_at;   // optimistic: a view that rejects asks Redis again from then (zone clock)
+    int64_t refresh_at;   // a view that rejects asks Redis again from then (zone clock; lease: before retry_at)
     int64_t refresh;      // optimistic: 1: the next round sends the key, with or without a delta
 };
 static_assert(sizeof(rl_sync_key_t) % 8 == 0, "kept in shared-memory slots");
