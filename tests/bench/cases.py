@@ -20,7 +20,8 @@ A case is a point of a few axes; table() lists them as products of those axes:
            workers, not pinned (compared with plain of the same key kind and workers)
   tls      redis and sync: the same over TLS (`ratelimit_redis ... ssl`, verified against the
            bench's CA) to a redis-server listening on TLS only, compared with its plain-TCP twin
-and a few single cases (a variant: a quota of its own, a name suffix and a label note).
+and a few single cases (a variant: a quota of its own, a name suffix and a label note, and the
+case it is compared with, if any: `base`).
 Names and labels are derived from the axes (see Case.name and Case.label). The check kind says
 what run.sh's sanity check expects of one request: plain (200, no RateLimit header),
 plain-headers (200 with the header of add_header), limit_req (200, no RateLimit header),
@@ -119,6 +120,7 @@ class Case:
     suffix: str = ""         # name suffix of a variant
     note: str = ""           # label note of a variant
     tls: bool = False        # redis, sync: to Redis over TLS (a TLS-only server of its own)
+    base: str = ""           # a variant: the case it is compared with (kept by a selection)
 
     @property
     def name(self):
@@ -276,6 +278,14 @@ def table():
     # over TLS, against the same over plain TCP (its twin, kept by a selection): per request
     # and sync=100ms optimistic, x key kind
     t += [Case(store, kind, "gcra", tls=True) for store, kind in itertools.product(("redis", "sync"), KINDS)]
+    # operator controls (issue 21), one key, each against the same zone without the control:
+    # gcra with block= (every request admitted: the cost of looking for a block); a fixed window
+    # of one day, and the same as a calendar day in a time zone (windows from the tz database)
+    t += [Case("shm", "one", "gcra", quota="requests=1000000000 period=1s burst=1000 block=10m",
+               suffix="block", note="block=10m", base="gcra"),
+          Case("shm", "one", "fixed", quota="requests=1000000000 period=1d", suffix="1d", note="period=1d"),
+          Case("shm", "one", "fixed", quota="requests=1000000000 period=day timezone=Europe/Berlin",
+               suffix="calendar", note="period=day timezone=Europe/Berlin", base="fixed-1d")]
     # Redis Cluster: nginx workers x primaries, many keys; with 2 workers, their plain baseline
     for workers in (1, 2):
         if workers > 1:
@@ -322,7 +332,7 @@ def baselines(case, names):
     """the cases a case is compared with, which a selection keeps: plain of its key kind and
     workers, limit_req of its key kind, plain + the same headers (one-key rows with headers),
     for a sync case the same limit in shared memory and in Redis per request, for a concurrency
-    case gcra in the same store, and for a TLS case its plain-TCP twin"""
+    case gcra in the same store, for a TLS case its plain-TCP twin, and a variant's base"""
     b = [plain_of(case.kind, case.workers, names)]
     if case.check.startswith("module"):
         b.append(lr_of(case.kind, case.workers))
@@ -331,6 +341,7 @@ def baselines(case, names):
     b += sync_bases(case)
     b.append(conc_base(case))
     b.append(case.twin)
+    b.append(case.base)
     return [n for n in b if n]
 
 

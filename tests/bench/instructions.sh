@@ -58,6 +58,14 @@ CASES=(
 )
 for a in gcra token leaky sliding fixed log; do CASES+=("ratelimit $a|ratelimit zone=z_$a; empty_gif;"); done
 CASES+=("ratelimit gcra, tier (rate and burst from a map)|ratelimit zone=z_tier; empty_gif;")
+# Issue 21's operator controls, each beside the row it must cost no more than: the same gcra zone
+# in a server that also has a ratelimit_api location (API: off the request path); gcra with
+# block= (a block slot looked up per decision); a fixed window of one day, and the same as a
+# calendar day in Europe/Berlin (a third field: more lines in the server)
+CASES+=("ratelimit gcra, its server with a ratelimit_api location|ratelimit zone=z_gcra; empty_gif;|location /rl-api/ { ratelimit_api write=on; }"
+    "ratelimit gcra, block=10m|ratelimit zone=z_block; empty_gif;"
+    "ratelimit fixed, period=1d|ratelimit zone=z_fixed1d; empty_gif;"
+    "ratelimit fixed, period=day timezone=Europe/Berlin|ratelimit zone=z_calendar; empty_gif;")
 CASES+=("ratelimit concurrency=1000000 (a slot taken and given back)|ratelimit zone=z_conc; empty_gif;")
 [[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis|ratelimit zone=z_redis; empty_gif;"
     "ratelimit concurrency=1000000, Redis|ratelimit zone=z_rconc; empty_gif;")
@@ -80,6 +88,9 @@ fi
     echo "  map \$host \$tier_rate { default 1000000000/1s; } map \$host \$tier_burst { default 1000; }"
     echo "  ratelimit_zone z_tier key=one rate=\$tier_rate default_rate=1r/s burst=\$tier_burst size=1m;"
     echo "  ratelimit_zone z_conc key=one concurrency=1000000 size=1m;"
+    echo "  ratelimit_zone z_block key=one $quota burst=1000 block=10m size=1m;"
+    echo "  ratelimit_zone z_fixed1d key=one requests=1000000000 period=1d algo=fixed size=1m;"
+    echo "  ratelimit_zone z_calendar key=one requests=1000000000 period=day timezone=Europe/Berlin algo=fixed size=1m;"
     if [[ -n $redis_port ]]; then
         echo "  ratelimit_redis r 127.0.0.1:$redis_port timeout=1s;"
         echo "  ratelimit_zone z_redis key=one $quota burst=1000 redis=r;"
@@ -92,7 +103,9 @@ fi
     PORTS=()
     for c in "${CASES[@]}"; do
         p=$(free_port); PORTS+=("$p")
-        echo "  server { listen 127.0.0.1:$p; location / { ${c#*|} } }"
+        body=${c#*|} extra=""
+        [[ $body == *"|"* ]] && { extra=${body#*|}; body=${body%%|*}; }
+        echo "  server { listen 127.0.0.1:$p; location / { $body } $extra }"
     done
     [[ ${METRICS:-off} == on ]] && echo "  server { listen 127.0.0.1:$(free_port); location = /metrics { ratelimit_metrics; } }"
     echo "}"
@@ -125,6 +138,22 @@ for i in "${!CASES[@]}"; do
     printf '| %s | %d | %s | %s |\n' "${CASES[$i]%%|*}" "${IR[$i]}" \
         "$(awk -v a="${IR[0]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }')" \
         "$( ((i >= 2)) && awk -v a="${IR[2]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }' || echo -)"
+done
+# Issue 21's pairs: a row against the row it is compared with (Ir difference and ratio)
+declare -A AT=()
+for i in "${!CASES[@]}"; do AT[${CASES[$i]%%|*}]=$i; done
+PAIRS=("ratelimit gcra, its server with a ratelimit_api location|ratelimit gcra"
+    "ratelimit gcra, block=10m|ratelimit gcra"
+    "ratelimit fixed, period=day timezone=Europe/Berlin|ratelimit fixed, period=1d"
+    "ratelimit fixed, period=1d|ratelimit fixed")
+echo
+echo "| location | against | Ir/request | theirs | difference | ratio (theirs / row's) |"
+echo "| --- | --- | ---: | ---: | ---: | ---: |"
+for pair in "${PAIRS[@]}"; do
+    a=${AT[${pair%%|*}]:-} b=${AT[${pair#*|}]:-}
+    [[ -n $a && -n $b ]] || continue
+    printf '| %s | %s | %d | %d | %+d | %s |\n' "${pair%%|*}" "${pair#*|}" "${IR[$a]}" "${IR[$b]}" \
+        $((IR[a] - IR[b])) "$(awk -v a="${IR[$b]}" -v b="${IR[$a]}" 'BEGIN { printf "%.4fx", a / b }')"
 done
 echo
 echo "Ir: instructions executed in user space (nginx, the module, libc), per request, one keep-alive"

@@ -402,6 +402,7 @@ def report(meta, runs, out=sys.stdout):
             p("  %-40s %-20s %s Redis calls per 1000 requests %s" % (
                 "hot key: <= 10 Redis calls per 1000:", n, fmt("%.3f", calls), met(calls is not None and calls <= 10)))
     conc_report(sel, runs, target, kl, names)
+    variant_report(sel, runs, target)
     tls_report(meta, sel, runs, target, kl)
     p()
     p("Reproduce: " + meta["repro"])
@@ -456,6 +457,40 @@ def conc_report(sel, runs, target, kl, names, out=sys.stdout):
     for c in rows:
         if c.store == "redis":
             target("concurrency, Redis >= 0.8x Redis gcra:", c.name, C.conc_base(c), 0.8)
+
+
+# the variants' targets (Case.base): the least same-round req/s ratio each must reach
+VARIANT_TARGETS = {"fixed-calendar": ("calendar zone >= 0.97x the same fixed window:", 0.97)}
+
+
+def variant_report(sel, runs, target, out=sys.stdout):
+    """Variants (a case with a base: block=, a calendar window) against their base, same run:
+    every round's req/s ratio, the median, and nginx's CPU per request"""
+    def p(line=""):
+        print(line, file=out)
+
+    rows = [c for c in sel if c.base and c.name in runs and c.base in runs]
+    if not rows:
+        return
+    p()
+    p("Variants against the same zone without what they add (same run; ratios: same-round req/s, each round and the median):")
+    p()
+    p("| case | against | req/s | theirs | ratio per round | ratio (median) | nginx CPU/req case / theirs |")
+    p("| --- | --- | ---: | ---: | --- | ---: | ---: |")
+    for c in rows:
+        n, b = c.name, c.base
+        each = " ".join("%.3f" % (x["rps"] / y["rps"] if y["rps"] > 0 else 0.0)
+                        for x, y in zip(runs.figs[n], runs.figs[b]))
+        p("| %s | %s | %d | %d | %s | %.3fx | %.2f / %.2f us |" % (
+            c.label, C.by_name()[b].label, int(runs.col(n, "rps") + 0.5), int(runs.col(b, "rps") + 0.5), each,
+            runs.ratio_num(n, b), runs.col(n, "us_per_req"), runs.col(b, "us_per_req")))
+    targets = [c for c in rows if c.name in VARIANT_TARGETS]
+    if targets:
+        p()
+        p("Variant targets (reported, not enforced):")
+        for c in targets:
+            label, minimum = VARIANT_TARGETS[c.name]
+            target(label, c.name, c.base, minimum)
 
 
 def tls_report(meta, sel, runs, target, kl, out=sys.stdout):
