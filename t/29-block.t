@@ -23,6 +23,8 @@ my $http = <<"EOF";
     ratelimit_zone bys   key=\$arg_k rate=10r/s block=2s;
     ratelimit_zone dry   key=\$arg_k rate=10r/s block=2s;
     ratelimit_zone red   key=\$arg_k rate=10r/s block=2s redis=main;
+    ratelimit_zone mb    key=\$arg_k requests=1 period=1h block=1h;
+    ratelimit_zone mbr   key=\$arg_k requests=1 period=1h block=1h redis=main;
     server {
         listen 127.0.0.1:%%PORT%%;
         add_header X-Status \$ratelimit_status always;
@@ -34,6 +36,10 @@ my $http = <<"EOF";
         location /bys      { ratelimit zone=bys; empty_gif; }
         location /dry      { ratelimit_dry_run on; ratelimit zone=dry; empty_gif; }
         location /redis    { ratelimit zone=red; empty_gif; }
+        location /mb       { ratelimit zone=mb; empty_gif; }
+        location /mbd      { ratelimit_dry_run on; ratelimit zone=mb; empty_gif; }
+        location /mbr      { ratelimit zone=mbr; empty_gif; }
+        location = /metrics { ratelimit_metrics; }
     }
 EOF
 my $n = start_nginx($http);
@@ -136,6 +142,25 @@ like($m->error_log, qr/limiting request by zone "red", blocked for 1\.\d{3}s/, '
     is("$s $x", '200 REJECTED_DRY_RUN', 'dry run: the block is recorded: would be rejected though refilled');
     like($n->error_log, qr/limiting request \(dry run\) by zone "dry", blocked for 1\.\d{3}s/, 'dry run: blocked, logged');
     unlike($n->error_log, qr/limiting request by zone "dry"/, 'dry run: no line without "(dry run)"');
+}
+
+# Metrics: a request rejected by a live block counts as "blocked" ("blocked_dry_run"), apart
+# from the rejection that started the block.
+{
+    my @seen;
+    push @seen, join ' ', map { (hit($n, '/mb?k=m'))[1] } 1 .. 5;
+    push @seen, join ' ', map { (hit($n, '/mbd?k=md'))[1] } 1 .. 4;
+    push @seen, join ' ', map { (hit($n, '/mbr?k=m'))[1] } 1 .. 4;
+    is_deeply(\@seen, ['PASSED REJECTED BLOCKED BLOCKED BLOCKED', 'PASSED REJECTED_DRY_RUN REJECTED_DRY_RUN REJECTED_DRY_RUN',
+        'PASSED REJECTED BLOCKED BLOCKED'], 'metrics: the statuses sent (dry run: BLOCKED shows as REJECTED_DRY_RUN)');
+    my ($st, $h, $body) = $n->get('/metrics');
+    my %v;
+    $v{"$1 $2"} = $3 while ($body // '') =~ /^nginx_ratelimit_requests_total\{zone="(mbr?)",result="(\w+)"\} (\d+)$/mg;
+    my %want = ('mb passed' => 2, 'mb rejected' => 1, 'mb blocked' => 3, 'mb rejected_dry_run' => 1,
+        'mb blocked_dry_run' => 2, 'mbr passed' => 1, 'mbr rejected' => 1, 'mbr blocked' => 2);
+    is_deeply({ map { $_ => $v{$_} // 'absent' } keys %want }, \%want, 'metrics: blocked requests counted apart from rejected ones')
+        or diag($body);
+    is($v{'mbr rejected_dry_run'} // '', '0', 'metrics: every result is listed, zeros too');
 }
 
 # nginx -t

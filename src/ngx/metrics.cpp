@@ -2,6 +2,7 @@
 // reload) and the location handler that writes them in the Prometheus text format.
 #include "ngx/metrics.h"
 
+#include "core/block.h"
 #include "core/metrics_format.h"
 #include "core/redis_command.h"
 #include "ngx/request.h"
@@ -149,7 +150,7 @@ uint64_t load(const ngx_atomic_t& counter) { return static_cast<uint64_t>(counte
 
 const std::string_view kResultNames[RL_RESULT_N] = {
     "passed", "rejected", "rejected_dry_run", "exempt", "error_allowed", "error_denied", "error_local",
-    "delayed", "delayed_dry_run",
+    "delayed", "delayed_dry_run", "blocked", "blocked_dry_run",
 };
 const std::string_view kErrorNames[RL_REDIS_ERR_N] = {
     "timeout", "refused", "reset", "protocol", "error_reply", "overflow", "out_of_bounds", "tls",
@@ -412,9 +413,12 @@ void rl_metrics_count_results(const rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noe
         case RL_STORE_REDIS:
             if (res.decision.allowed && res.decision.delay_us > 0) {
                 kind = lcf->dry_run ? RL_RESULT_DELAYED_DRY_RUN : RL_RESULT_DELAYED;
+            } else if (res.decision.allowed) {
+                kind = RL_RESULT_PASSED;
+            } else if (res.decision.block == rl::kBlockLive) {
+                kind = lcf->dry_run ? RL_RESULT_BLOCKED_DRY_RUN : RL_RESULT_BLOCKED;
             } else {
-                kind = res.decision.allowed ? RL_RESULT_PASSED
-                                            : lcf->dry_run ? RL_RESULT_REJECTED_DRY_RUN : RL_RESULT_REJECTED;
+                kind = lcf->dry_run ? RL_RESULT_REJECTED_DRY_RUN : RL_RESULT_REJECTED;
             }
             break;
         case RL_STORE_LOCAL:

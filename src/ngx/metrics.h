@@ -17,6 +17,8 @@ enum rl_result_kind_e {
     RL_RESULT_ERROR_LOCAL,
     RL_RESULT_DELAYED,         // admitted after a delay (delay=)
     RL_RESULT_DELAYED_DRY_RUN, // would have been delayed; passed at once
+    RL_RESULT_BLOCKED,         // rejected by a live block (block=), not by the limit itself
+    RL_RESULT_BLOCKED_DRY_RUN, // the same in dry run: passed
     RL_RESULT_N,
 };
 
