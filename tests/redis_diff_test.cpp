@@ -671,6 +671,21 @@ class RedisLua : public ::testing::Test {
         std::printf("%s)\n", line.c_str());
     }
 
+    // `cmd`, then PERSIST of each of `keys`, in one transaction: EXEC's reply (the command's
+    // first), or null.
+    Reply call_persisting(const std::string& cmd, const std::vector<std::string>& keys) {
+        redisContext* c = conn_.get();
+        rltest::append(c, {"MULTI"});
+        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+        for (const std::string& k : keys) rltest::append(c, {"PERSIST", k});
+        for (size_t i = 0; i < 2 + keys.size(); i++) {
+            Reply queued = rltest::next_reply(c);  // OK, then QUEUED for each command
+            if (!queued || queued->type != REDIS_REPLY_STATUS) return nullptr;
+        }
+        rltest::append(c, {"EXEC"});
+        return rltest::next_reply(c);
+    }
+
     // Sends one command as the writers of redis_command.h made it; its reply.
     Reply send(const std::string& cmd) {
         redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
@@ -972,9 +987,14 @@ TEST_P(RedisDiff, BlockTimelines) {
                 started += want[i].block == rl::kBlockStarted;
             }
 
-            // Redis.
-            Reply r = send(build(false, script_, true, t, checks_of(lims, costs, {})));
-            ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << where << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+            // Redis: the call, then PERSIST of every key and block the timeline keeps, in one
+            // transaction (as observe_call: real time must not expire the keys of a simulated one).
+            std::vector<std::string> keys;
+            for (Limit* l : lims) keys.insert(keys.end(), {l->redis_key, l->redis_key + ":block"});
+            Reply x = call_persisting(build(false, script_, true, t, checks_of(lims, costs, {})), keys);
+            ASSERT_TRUE(x && x->type == REDIS_REPLY_ARRAY && x->elements == 1 + keys.size()) << where;
+            const redisReply* r = x->element[0];
+            ASSERT_TRUE(r->type == REDIS_REPLY_ARRAY) << where << (r->type == REDIS_REPLY_ERROR ? r->str : "");
             std::vector<int64_t> values(r->elements);
             for (size_t j = 0; j < r->elements; j++) values[j] = r->element[j]->integer;
             std::vector<rl::Decision> got(n);
