@@ -23,6 +23,11 @@ Decision decide_sliding(const State& s, const Policy& p, int64_t now, int64_t co
 Decision decide_log(const State& s, const int64_t* ring, const Policy& p, int64_t now, int64_t cost);
 void commit_log(const Decision& d, int64_t* ring, const Policy& p, int64_t cost);
 
+// The window algorithms' calendar windows: p.win moved to the window holding now
+// (calendar_shift) into w, true; false when p.win is of another time than now's (never from
+// nginx, which computes it from now), d then the decision that admits nothing and changes s not.
+bool calendar_now(const State& s, const Policy& p, int64_t now, CalendarWindow& w, Decision& d);
+
 // Dispatch on p.algo; `ring` is the log's ring (unused by the other algorithms).
 Decision decide(const State& s, const Policy& p, int64_t now, int64_t cost, const int64_t* ring = nullptr);
 

@@ -26,13 +26,8 @@ Decision decide_fixed(const State& s, const Policy& p, int64_t now, int64_t cost
     Decision d;
     d.limit = p.requests;
     const bool cal = p.calendar != Calendar::none;
-    CalendarWindow w = p.win;
-    if (cal && !calendar_shift(w, now)) {
-        // Bounds of another time than now's (never from nginx, which computes them from now).
-        d.retry_after_us = kNever;
-        d.next = s;
-        return d;
-    }
+    CalendarWindow w;
+    if (cal && !calendar_now(s, p, now, w, d)) return d;
     int64_t start = cal ? w.start : window_start(now, p.period_us);
     int64_t last = s.c > s.a ? s.c : s.a;
     int64_t count = 0;

@@ -49,13 +49,8 @@ Decision decide_sliding(const State& s, const Policy& p, int64_t now, int64_t co
     Decision d;
     d.limit = p.requests;
     const bool cal = p.calendar != Calendar::none;
-    CalendarWindow w = p.win;
-    if (cal && !calendar_shift(w, now)) {
-        // Bounds of another time than now's (never from nginx, which computes them from now).
-        d.retry_after_us = kNever;
-        d.next = s;
-        return d;
-    }
+    CalendarWindow w;
+    if (cal && !calendar_now(s, p, now, w, d)) return d;
     // This window's length and the next one's.
     const int64_t period = cal ? w.end - w.start : p.period_us;
     const int64_t following = cal ? w.next - w.end : p.period_us;

@@ -77,6 +77,10 @@ struct json_t {
             p = ngx_slprintf(p, last, "\"%s\":%L", k, (us + 999) / 1000);
         }
     }
+    // A member after another: the comma, then the member.
+    void then_key(const char* k) { raw(","); key(k); }
+    void then_num(const char* k, int64_t v) { raw(","); num(k, v); }
+    void then_ms(const char* k, int64_t us) { raw(","); ms(k, us); }
     size_t len() const { return static_cast<size_t>(p - start); }
 };
 
@@ -126,22 +130,16 @@ void write_policy(json_t& j, const rl::Policy& p) {
     j.key("algorithm");
     j.str(rl::algo_name(p.algo));
     if (p.algo == rl::Algo::concurrency) {
-        j.raw(",");
-        j.num("concurrency", p.requests);
-        j.raw(",");
-        j.ms("hold_ms", p.period_us);
+        j.then_num("concurrency", p.requests);
+        j.then_ms("hold_ms", p.period_us);
     } else {
-        j.raw(",");
-        j.num("requests", p.requests);
-        j.raw(",");
-        j.ms("period_ms", p.period_us);
+        j.then_num("requests", p.requests);
+        j.then_ms("period_ms", p.period_us);
         if (rl::is_bucket(p.algo)) {
-            j.raw(",");
-            j.num("burst", p.burst);
+            j.then_num("burst", p.burst);
         }
         if (p.block_us > 0) {
-            j.raw(",");
-            j.ms("block_ms", p.block_us);
+            j.then_ms("block_ms", p.block_us);
         }
     }
     j.raw("}");
@@ -169,6 +167,15 @@ rl::Policy primary_policy(const rl_zone_t* zone) {
 
 const char* store_name(const rl_zone_t* zone) { return zone->store->name; }
 
+// A zone's object starts {"<label>":name,"store":...
+void open_zone(json_t& j, const rl_zone_t* zone, const char* label) {
+    j.raw("{");
+    j.key(label);
+    j.str(rl_sv(zone->name));
+    j.then_key("store");
+    j.str(store_name(zone));
+}
+
 ngx_int_t list_zones(ngx_http_request_t* r, rl_main_conf_t* mcf) {
     auto** zones = static_cast<rl_zone_t**>(mcf->zones.elts);
     size_t bytes = 64;
@@ -182,19 +189,12 @@ ngx_int_t list_zones(ngx_http_request_t* r, rl_main_conf_t* mcf) {
     for (ngx_uint_t i = 0; i < mcf->zones.nelts; i++) {
         rl_zone_t* zone = zones[i];
         if (i > 0) j.raw(",");
-        j.raw("{");
-        j.key("name");
-        j.str(rl_sv(zone->name));
-        j.raw(",");
-        j.key("store");
-        j.str(store_name(zone));
+        open_zone(j, zone, "name");
         if (zone->redis_name.len > 0) {
-            j.raw(",");
-            j.key("redis");
+            j.then_key("redis");
             j.str(rl_sv(zone->redis_name));
         }
-        j.raw(",");
-        j.key("policies");
+        j.then_key("policies");
         j.raw("[");
         if (zone->policies != nullptr && zone->policies->nelts > 0) {
             auto* ps = static_cast<rl::Policy*>(zone->policies->elts);
@@ -206,8 +206,7 @@ ngx_int_t list_zones(ngx_http_request_t* r, rl_main_conf_t* mcf) {
             write_policy(j, primary_policy(zone));
         }
         j.raw("]");
-        j.raw(",");
-        j.key("tiered");
+        j.then_key("tiered");
         j.raw(zone->rate_cv || zone->burst_cv || zone->concurrency_cv ? "true" : "false");
         // Under the zone's lock: the table's fields change together with its slots.
         uint64_t keys = 0, cap = 0, evictions = 0, rounds = 0, failures = 0, last_ok = 0;
@@ -226,24 +225,17 @@ ngx_int_t list_zones(ngx_http_request_t* r, rl_main_conf_t* mcf) {
             }
             ngx_shmtx_unlock(&zone->shpool->mutex);
         }
-        j.raw(",");
-        j.num("keys", static_cast<int64_t>(keys));
-        j.raw(",");
-        j.num("capacity", static_cast<int64_t>(cap));
-        j.raw(",");
-        j.num("evictions", static_cast<int64_t>(evictions));
+        j.then_num("keys", static_cast<int64_t>(keys));
+        j.then_num("capacity", static_cast<int64_t>(cap));
+        j.then_num("evictions", static_cast<int64_t>(evictions));
         if (h != nullptr) {
             j.raw(",\"sync\":{");
             j.key("mode");
             j.str(zone->sync_mode == RL_SYNC_LEASE ? "lease" : "optimistic");
-            j.raw(",");
-            j.ms("interval_ms", zone->sync_us);
-            j.raw(",");
-            j.num("rounds", static_cast<int64_t>(rounds));
-            j.raw(",");
-            j.num("failures", static_cast<int64_t>(failures));
-            j.raw(",");
-            j.num("hosts", hosts);
+            j.then_ms("interval_ms", zone->sync_us);
+            j.then_num("rounds", static_cast<int64_t>(rounds));
+            j.then_num("failures", static_cast<int64_t>(failures));
+            j.then_num("hosts", hosts);
             j.raw(",");
             // ngx_current_msec is CLOCK_MONOTONIC: the same in every worker.
             if (last_ok == 0) {
@@ -339,32 +331,21 @@ struct key_state_t {
 };
 
 // A reply about one key of a zone starts {"zone":...,"store":...
-void open_key_reply(json_t& j, const rl_zone_t* zone) {
-    j.raw("{");
-    j.key("zone");
-    j.str(rl_sv(zone->name));
-    j.raw(",");
-    j.key("store");
-    j.str(store_name(zone));
-}
+void open_key_reply(json_t& j, const rl_zone_t* zone) { open_zone(j, zone, "zone"); }
 
 // The key's figures: remaining, reset, retry-after, in flight, block (a reply's, or a sync
 // zone's global state's).
 void write_figures(json_t& j, const key_state_t& s) {
     j.num("remaining", s.now.remaining);
-    j.raw(",");
-    j.ms("reset_ms", s.now.reset_us);
-    j.raw(",");
-    j.ms("retry_after_ms", s.retry_us);
+    j.then_ms("reset_ms", s.now.reset_us);
+    j.then_ms("retry_after_ms", s.retry_us);
     if (s.policy.algo == rl::Algo::concurrency) {
-        j.raw(",");
-        j.num("in_flight", s.in_flight);
+        j.then_num("in_flight", s.in_flight);
     }
     j.raw(",");
     if (s.blocked_us > 0) {
         j.num("blocked_until", (s.at_us + s.blocked_us + 999) / 1000);
-        j.raw(",");
-        j.ms("blocked_for_ms", s.blocked_us);
+        j.then_ms("blocked_for_ms", s.blocked_us);
     } else {
         j.raw("\"blocked_until\":null");
     }
@@ -377,19 +358,15 @@ ngx_int_t send_state(ngx_http_request_t* r, const rl_zone_t* zone, const key_sta
     json_t j;
     if (!json_alloc(r, &j, 2048 + 6 * (zone->name.len + why.size()))) return NGX_HTTP_INTERNAL_SERVER_ERROR;
     open_key_reply(j, zone);
-    j.raw(",");
-    j.key("found");
+    j.then_key("found");
     j.raw(s.found ? "true" : "false");
-    j.raw(",");
-    j.key("policy");
+    j.then_key("policy");
     write_policy(j, s.policy);
-    j.raw(",");
-    j.num("limit", s.policy.requests);
+    j.then_num("limit", s.policy.requests);
     j.raw(",");
     write_figures(j, s);
     if (s.lease_units >= 0) {
-        j.raw(",");
-        j.num("lease_units", s.lease_units);
+        j.then_num("lease_units", s.lease_units);
     }
     if (global != nullptr) {
         j.raw(",\"global\":{");
@@ -493,8 +470,7 @@ ngx_int_t send_reset(ngx_http_request_t* r, const rl_zone_t* zone, ngx_uint_t lo
     j.raw(",\"reset\":true,");
     j.num("local_states", static_cast<int64_t>(local));
     if (redis_keys >= 0) {
-        j.raw(",");
-        j.num("redis_keys_deleted", redis_keys);
+        j.then_num("redis_keys_deleted", redis_keys);
     }
     j.raw("}");
     return send_json(r, NGX_HTTP_OK, j);
