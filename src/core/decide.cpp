@@ -4,14 +4,6 @@
 
 namespace rl {
 
-bool calendar_now(const State& s, const Policy& p, int64_t now, CalendarWindow& w, Decision& d) {
-    w = p.win;
-    if (calendar_shift(w, now)) return true;
-    d.retry_after_us = kNever;
-    d.next = s;
-    return false;
-}
-
 Decision decide(const State& s, const Policy& p, int64_t now, int64_t cost, const int64_t* ring) {
     switch (p.algo) {
         case Algo::gcra: return decide_gcra(s, p, now, cost);

@@ -26,7 +26,14 @@ void commit_log(const Decision& d, int64_t* ring, const Policy& p, int64_t cost)
 // The window algorithms' calendar windows: p.win moved to the window holding now
 // (calendar_shift) into w, true; false when p.win is of another time than now's (never from
 // nginx, which computes it from now), d then the decision that admits nothing and changes s not.
-bool calendar_now(const State& s, const Policy& p, int64_t now, CalendarWindow& w, Decision& d);
+// (Inline: it is on the request path of every calendar zone.)
+inline bool calendar_now(const State& s, const Policy& p, int64_t now, CalendarWindow& w, Decision& d) {
+    w = p.win;
+    if (calendar_shift(w, now)) return true;
+    d.retry_after_us = kNever;
+    d.next = s;
+    return false;
+}
 
 // Dispatch on p.algo; `ring` is the log's ring (unused by the other algorithms).
 Decision decide(const State& s, const Policy& p, int64_t now, int64_t cost, const int64_t* ring = nullptr);
