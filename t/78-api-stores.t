@@ -28,7 +28,7 @@ my $be    = start_backend();
 my $bp    = $be->port;
 
 my $http = <<"EOF";
-    ratelimit_redis r 127.0.0.1:$rp prefix=t78: timeout=500ms;
+    ratelimit_redis r 127.0.0.1:$rp prefix=t78: timeout=2s;   # a loaded machine: no on_error by a timeout
     ratelimit_zone so  key=\$arg_k requests=5 period=1h burst=4 redis=r sync=100ms;
     ratelimit_zone sl  key=\$arg_k requests=5 period=1h burst=4 redis=r sync=100ms sync_mode=lease;
     ratelimit_zone cv  key=\$arg_k requests=3 period=1d algo=fixed redis=r sync=100ms;
@@ -217,7 +217,7 @@ SKIP: {
     skip("no Redis Cluster: $@", 1) unless $c;
     my $seeds = $c->seeds;
     my $nc = start_nginx(<<"EOF");
-    ratelimit_redis rc cluster $seeds timeout=500ms;
+    ratelimit_redis rc cluster $seeds timeout=2s;
     ratelimit_zone cl key=\$arg_k requests=5 period=1h burst=4 redis=rc;
     server {
         listen 127.0.0.1:%%PORT%%;
