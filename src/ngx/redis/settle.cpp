@@ -10,6 +10,7 @@
 #include "ngx/redis/cluster.h"
 #include "ngx/redis/node.h"
 #include "ngx/redis/request.h"
+#include "ngx/store.h"
 
 namespace {
 
@@ -70,7 +71,7 @@ rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript
     rl_zone_t* zone = res.applied->zone;
     rl_redis_t* redis = zone->redis;
     std::string_view prefix = rl_sv(redis->prefix);
-    rl::Policy debt = rl::debt_policy(*res.policy);
+    rl::Policy debt = rl_debt_of(res);
     rl::RedisCheck check;
     check.zone = rl_sv(zone->name);
     check.hash = res.hash;
