@@ -1197,12 +1197,13 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
         {"1", "k", "decide", "1"},                                            // too few ARGV
         {"1", "k", "decide", "1", ok, "x"},                                   // too many
         {"1", "k", "judge", "1", ok},                                         // mode
+        {"1", "k", "charges", "1", ok},                                       // mode
         {"1", "k", "decide", "x", ok},                                        // now
         {"1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},    // algo
         {"1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},  // algo
         {"1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},    // requests
         {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, -1, -1, 0})},    // refill
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1, 0})},   // cost
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -2, 0, -1, -1, 0})},   // cost (-1: kNeedOne)
         {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0, -1, -1, 0})},  // cost
         {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -2, -1, 0})},  // delay_level
         {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, nan, 0})},  // max_delay_units
@@ -1229,7 +1230,7 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
 
     // A batch whose second group is bad writes nothing, not even the first group's log.
     const std::string log_check = doubles({1, 5, 10, 1000000, 0, 1, 100000, 10, 1000000, 1, 0, -1, -1, 0});
-    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1, 0});
+    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -2, 0, -1, -1, 0});
     Reply r = call({"2", "lg", "k3", "decide", "1700000000000000", log_check + bad_check});
     ASSERT_TRUE(r);
     EXPECT_EQ(r->type, REDIS_REPLY_ERROR);
