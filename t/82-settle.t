@@ -248,13 +248,13 @@ sub two_workers {
     ok(defined $s->{retry_after_ms} && $s->{retry_after_ms} <= 101000 && $s->{retry_after_ms} >= 101000 - $lag - 1,
         "tokens: the debt is capped at one bucket: retry_after_ms $s->{retry_after_ms} ~ 101000");
 
-    # fast: 10 a second, capacity 10. 15 tokens: rejected at once, Retry-After 1, and admitted
-    # again once it has passed.
+    # fast: 10 a second, capacity 10. 19 tokens: rejected at once, Retry-After 1 (1 s to room
+    # for one), and admitted again once it has passed.
     my $k3 = fresh_key('fast');
-    ($st) = $n->get("/fast?k=$k3&hdr=X-Tokens:15");
+    ($st) = $n->get("/fast?k=$k3&hdr=X-Tokens:19");
     ($st2, $h2) = $n->get("/fast?k=$k3&hdr=X-Tokens:0");
-    is("$st $st2", '200 429', 'tokens: a bucket of 10 after 15 tokens: rejected');
-    is($h2->{'retry-after'} // '', 1, 'tokens: Retry-After 1 (0.6 s of debt)');
+    is("$st $st2", '200 429', 'tokens: a bucket of 10 after 19 tokens: rejected');
+    is($h2->{'retry-after'} // '', 1, 'tokens: Retry-After 1 (1 s of debt)');
     sleep 1;
     ($st) = $n->get("/fast?k=$k3&hdr=X-Tokens:0");
     is($st, 200, 'tokens: admitted again after Retry-After');
