@@ -449,4 +449,77 @@ sub two_workers {
         . " (cost $cost; bound $bound), at most $max at once at the upstream");
 }
 
+# ------------------------------------------------------------------ the examples, for real
+# The first capture of $re in file $f, awaited for up to 3 s (undef if it never matched).
+sub file_match {
+    my ($f, $re) = @_;
+    my $deadline = time + 3;
+    while (1) {
+        return $1 if slurp($f) =~ $re;
+        return undef if time > $deadline;
+        sleep 0.02;
+    }
+}
+# examples/settle-*.conf with their listen, pid and logs moved into a test prefix and their
+# upstream (127.0.0.1:9000) replaced by the backend (or by nothing, for the refund).
+sub run_example {
+    my ($name, $upstream_port, $edit) = @_;
+    my $text = slurp(repo_root() . "/examples/$name");
+    my $so = module_so();
+    $text =~ s{^(\s*)load_module\s+\S*ngx_http_ratelimit_module\.so\s*;}{$1load_module $so;}m;
+    $text =~ s/listen\s+[\d.]+:\d+/listen 127.0.0.1:%%PORT%%/g;
+    $text =~ s/^\s*pid\s+[^;]+;/pid %%DIR%%\/nginx.pid;/m;
+    $text =~ s/^\s*error_log\s+[^;]+;//mg;
+    $text = "error_log %%DIR%%/error.log info;\n$text";
+    $text =~ s/^(\s*worker_processes)\s+[^;]+;/$1 2;/m;
+    $text =~ s/127\.0\.0\.1:9000/127.0.0.1:$upstream_port/g;
+    $edit->($text) if $edit;
+    return start_nginx(undef, full => $text, files => { 'logs/.keep' => '' });
+}
+{
+    my $e = run_example('settle-logins.conf', $bp);
+    my @s = map { ($e->get("/login?user=erin&key=ex&status=$_"))[0] } (200) x 3, 401, 403, 200, (401) x 3, 401, 200;
+    is("@s", '200 200 200 401 403 200 401 401 401 429 429', 'examples/settle-logins.conf: 5 failures, successes free, then 429');
+    is(($e->get('/login?user=frank&key=ex&status=200'))[0], 200, 'examples/settle-logins.conf: another account is not limited');
+    my @log = split /\n/, slurp($e->dir . '/logs/logins.log');
+    is(scalar(grep { /"erin" 40[13] PASSED settled=1$/ } @log), 5, 'examples/settle-logins.conf: its log shows the 5 settled failures');
+    $e->stop;
+
+    $e = run_example('settle-refund.conf', $dead);
+    my @r = map { my ($st, $h) = $e->get('/api/x', { 'X-Api-Key' => 'k1' }); my ($i) = parse_sf_list($h->{ratelimit}); "$st/" . ($i ? $i->{r} : '-') } 1 .. 4;
+    is("@r", join(' ', ('502/999') x 4), 'examples/settle-refund.conf: each 502 given back (999 left at every decision)');
+    $e->stop;
+
+    # the trailer route passes trailers where this nginx can (the example's line uncommented)
+    $e = run_example('settle-tokens.conf', $bp, sub { $_[0] =~ s/# (proxy_pass_trailers on;)/$1/ if $pass_trailers });
+    my $ak = { 'X-Api-Key' => 'k1' };
+    # 100000 tokens a minute (1 per 0.6 ms): 125833 take the key 25834 units past room for one,
+    # 15.5004 s
+    my ($st) = $e->get('/v1/completions?key=ex&hdr=X-Tokens:125833', $ak);
+    my ($st2, $h2) = $e->get('/v1/completions?key=ex&hdr=X-Tokens:1', $ak);
+    is("$st $st2", '200 429', 'examples/settle-tokens.conf: 125833 tokens from the header: the next request is rejected');
+    is($h2->{'retry-after'} // '', 16, 'examples/settle-tokens.conf: Retry-After 16 (15.5 s of debt)');
+    my (undef, undef, $sb) = http_request($e->port, '/v1/stream?key=ex&chunked=1&bytes=3000&trailer=X-Tokens:777', { 'X-Api-Key' => 'k2' });
+    is(length($sb // ''), 3000, 'examples/settle-tokens.conf: a streamed response');
+    my $want = $pass_trailers ? 777 : 2000;
+    is(file_match($e->dir . '/logs/tokens.log', qr/ tokens=(\d+)\n\z/), $want, "examples/settle-tokens.conf: the stream charged $want tokens ("
+        . ($pass_trailers ? 'the trailer' : "nginx $version drops the trailer: the map's estimate") . ')');
+    $e->stop;
+
+    # bytes: a file of 1 MB under /downloads/ (the example's root moved into the prefix)
+    my $file = 'x' x 1_000_000;
+    $e = run_example('settle-bytes.conf', $bp, sub { $_[0] =~ s{root /var/www;}{root %%DIR%%/www;} });
+    mkdir $e->dir . '/www';
+    mkdir $e->dir . '/www/downloads';
+    spew($e->dir . '/www/downloads/f', $file);
+    chmod 0755, $e->dir . '/www', $e->dir . '/www/downloads';
+    chmod 0644, $e->dir . '/www/downloads/f';
+    my ($bs, undef, $body) = $e->get('/downloads/f');
+    is(length($body // ''), 1_000_000, 'examples/settle-bytes.conf: a download');
+    my $line = file_match($e->dir . '/logs/bytes.log', qr/(200 \d+ PASSED settled=\S*)/) // '';
+    my ($sent, $settled) = $line =~ /200 (\d+) PASSED settled=(\d*)/;
+    ok(defined $sent && $sent > 1_000_000 && $settled eq $sent, "examples/settle-bytes.conf: settled \$bytes_sent ($line)");
+    $e->stop;
+}
+
 done_testing;
