@@ -22,7 +22,6 @@ use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::Backend qw(start_backend send_request);
 use Test::More;
-use JSON::PP qw(decode_json);
 use POSIX qw(ceil);
 use Socket qw(SOL_SOCKET SO_RCVBUF);
 use IO::Select;
@@ -120,12 +119,7 @@ my $n = start_nginx($http, workers => 2, files => {
     'html/page.shtml' => "<p><!--# include virtual=\"/sub?k=ssi1&key=ssi\" --><!--# include virtual=\"/sub?k=ssi1&key=ssi\" --></p>\n" });
 
 # One key's state in its zone (ratelimit_api): the decoded JSON.
-sub api {
-    my ($zone, $key) = @_;
-    my ($st, undef, $body) = $n->get("/api/zones/$zone?key=$key");
-    return { status => $st // 'ERR' } unless ($st // '') eq '200';
-    return eval { decode_json($body) } // { status => 'bad json' };
-}
+sub api { return $n->key_state(@_) }
 sub remaining { my $s = api(@_); return $s->{remaining} // "status $s->{status}" }
 
 # The access-log line of the request tagged $tag: [status, ratelimit_status, settled, bytes_sent,

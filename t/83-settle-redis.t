@@ -18,7 +18,6 @@ use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::Backend qw(start_backend);
 use Test::More;
-use JSON::PP qw(decode_json);
 use POSIX qw(ceil);
 use Time::HiRes qw(time sleep);
 
@@ -68,12 +67,7 @@ my @ports = map { $_->port } @n;
 
 # A key's remaining units as host $i's ratelimit_api shows them (Redis's state for a
 # per-request zone, the host's view for a sync zone).
-sub api {
-    my ($i, $zone, $key) = @_;
-    my ($st, undef, $body) = $n[$i]->get("/api/zones/$zone?key=$key");
-    return { status => $st // 'ERR' } unless ($st // '') eq '200';
-    return eval { decode_json($body) } // { status => 'bad json' };
-}
+sub api { my ($i, @zk) = @_; return $n[$i]->key_state(@zk) }
 sub remaining { my $s = api(@_); return $s->{remaining} // "status $s->{status}" }
 
 # Script calls Redis ran (FCALL or EVALSHA), from INFO commandstats.
