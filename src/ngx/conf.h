@@ -79,6 +79,7 @@ struct rl_zone_t {
     ngx_http_complex_value_t* rate_cv;
     ngx_http_complex_value_t* burst_cv;
     time_t tier_warned;          // an invalid rate or burst value, as quantity_warned
+    time_t settle_warned;        // an invalid settle value, as quantity_warned
     rl_metrics_zone_t* metrics;  // its counters (metrics.cpp), or nullptr
     // sync=TIME (sync/sync.h): decided in shared memory, reconciled with Redis every sync_us
     int64_t sync_us;             // 0: no sync (with redis=, a round trip per request)
@@ -105,6 +106,7 @@ struct rl_limit_t {
     bool nodelay;                           // written out
     int64_t max_delay_us;                   // max_delay=TIME, 0 when none
     int64_t block_us;                       // block=TIME (overrides the zone's), 0 when none
+    ngx_http_complex_value_t* settle_cv;    // settle=VALUE: the request's real cost, at its end (settle.cpp)
     u_char* file;                           // where the line is, for errors found at merge
     ngx_uint_t line;
 };
@@ -139,6 +141,7 @@ struct rl_loc_conf_t {
 struct rl_main_conf_t {
     ngx_array_t redis;  // of rl_redis_t*
     ngx_array_t zones;  // of rl_zone_t*, to resolve their redis= once the http block is read
+    bool settles;       // some `ratelimit` line has settle=: the log phase has work (settle.cpp)
 };
 
 enum {

@@ -5,6 +5,7 @@
 #include "ngx/metrics.h"
 #include "ngx/redis/conf.h"
 #include "ngx/response_headers.h"
+#include "ngx/settle.h"
 #include "ngx/store.h"
 #include "ngx/sync/sync.h"
 #include "ngx/tier.h"
@@ -116,7 +117,8 @@ char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
 }
 
-// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [delay=N | nodelay] [max_delay=TIME] [block=TIME]
+// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [settle=VALUE] [delay=N | nodelay] [max_delay=TIME]
+//           [block=TIME]
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* lcf = static_cast<rl_loc_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
@@ -151,6 +153,12 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.quantity)) {
                 return rl_conf_error(cf, "invalid quantity \"%V\"", &a);
             }
+        } else if (rl_arg(a, "settle=", v)) {
+            // Evaluated when the request ends: its variables may be the response's (settle.cpp).
+            if (v.len == 0) return rl_conf_error(cf, "invalid settle \"%V\"", &a);
+            limit.settle_cv = rl_complex_value(cf, &v);
+            if (limit.settle_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+            static_cast<rl_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module))->settles = true;
         } else if (rl_arg(a, "delay=", v)) {
             if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.delay)) {
                 return rl_conf_error(cf, "invalid delay \"%V\"", &a);
@@ -277,10 +285,12 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "unknown ratelimit zone \"%V\"", &l.shm_zone->shm.name);
             return false;
         }
-        if (zone->concurrency && (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay || l.nodelay)) {
+        if (zone->concurrency &&
+            (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay || l.nodelay || l.settle_cv != nullptr)) {
             // A request takes one slot while it runs, and nothing refills a slot but its end.
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "\"%s\" has no meaning for the concurrency zone \"%V\"",
-                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : l.nodelay ? "nodelay" : "delay",
+                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : l.nodelay ? "nodelay"
+                             : l.settle_cv != nullptr ? "settle" : "delay",
                              &zone->name);
             return false;
         }
@@ -348,6 +358,15 @@ ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept {
     auto* h = static_cast<ngx_http_handler_pt*>(ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers));
     if (h == nullptr) return NGX_ERROR;
     *h = rl_access_handler;
+    if (!mcf->settles) return rl_header_filter_init(cf);
+    // The settles run before the log writers (the access log's handler came first): shifted
+    // to the front.
+    ngx_array_t* log = &cmcf->phases[NGX_HTTP_LOG_PHASE].handlers;
+    h = static_cast<ngx_http_handler_pt*>(ngx_array_push(log));
+    if (h == nullptr) return NGX_ERROR;
+    auto* first = static_cast<ngx_http_handler_pt*>(log->elts);
+    ngx_memmove(first + 1, first, (log->nelts - 1) * sizeof(ngx_http_handler_pt));
+    first[0] = rl_settle_handler;
     return rl_header_filter_init(cf);
 }
 
