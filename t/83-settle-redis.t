@@ -33,6 +33,7 @@ my $lag = 2 * ($T + $L);
 my $redis = start_redis();
 my $rp    = $redis->port;
 my $quiet = start_redis();    # only the zone whose script calls are counted
+my $flaky = start_redis();    # killed while a request waits for its settle
 my $c     = start_redis_cluster(primaries => 3);
 my $seeds = $c->seeds;
 my $b     = start_backend();
@@ -43,6 +44,7 @@ my $http = <<"EOF";
     ratelimit_redis main 127.0.0.1:$rp timeout=500ms prefix=t83:;
     ratelimit_redis rc cluster $seeds timeout=500ms;
     ratelimit_redis quiet 127.0.0.1:${\ $quiet->port} timeout=500ms;
+    ratelimit_redis flaky 127.0.0.1:${\ $flaky->port} timeout=500ms;
     map \$status \$login_failed { 401 1; 403 1; default 0; }
     map \$status \$charged { ~^50[234] 0; default 1; }
     ratelimit_zone lr  key=\$arg_user requests=5 period=24h algo=fixed redis=main;
@@ -51,6 +53,7 @@ my $http = <<"EOF";
     ratelimit_zone tok key=\$arg_k requests=100 period=100s burst=99 redis=main;
     ratelimit_zone ref key=\$arg_k requests=3 period=24h algo=fixed redis=main;
     ratelimit_zone lq  key=\$arg_user requests=5 period=24h algo=fixed redis=quiet;
+    ratelimit_zone lf  key=\$arg_user requests=5 period=24h algo=fixed redis=flaky;
     proxy_set_header X-Worker \$pid;
     server {
         listen 127.0.0.1:%%PORT%% reuseport;
@@ -60,6 +63,8 @@ my $http = <<"EOF";
         location /lc    { ratelimit zone=lc quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /ls    { ratelimit zone=ls quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /tok   { ratelimit zone=tok quantity=0 settle=\$upstream_http_x_tokens; proxy_pass $up; }
+        location /lf    { ratelimit zone=lf quantity=0 settle=\$login_failed; proxy_pass $up; }
+        location = /metrics { ratelimit_metrics; }
         location /lq    { ratelimit zone=lq quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /ref   { ratelimit zone=ref settle=\$charged; proxy_pass http://127.0.0.1:$dead; }
         location /refok { ratelimit zone=ref settle=\$charged; proxy_pass $up; }
@@ -191,6 +196,27 @@ for my $case (['lr', 'one Redis'], ['lc', 'a Redis Cluster']) {
 for my $i (0, 1) {
     my @bad = grep { /\[(error|crit|alert|emerg)\]/ && !/limiting request|connect\(\) failed/ } split /\n/, $n[$i]->error_log;
     is(scalar @bad, 0, 'host ' . ($i + 1) . ': no errors in the log') or diag(join "\n", @bad[0 .. ($#bad < 9 ? $#bad : 9)]);
+}
+
+# ------------------------------------------------------------------ a settle Redis does not take
+{
+    # a failed login decided in Redis; Redis killed while the upstream holds it: its settle
+    # cannot reach Redis (tried twice): counted once in the metric, and logged
+    my $user = fresh_key('lf');
+    my $e = $b->enter($ports[0], "/lf?user=$user&status=401", 'lf', ms => 600000);
+    ok($e->{held}, 'settle failure: a failed login decided and held by the upstream');
+    $flaky->kill_now;
+    my $st = $b->finish('lf', $e);
+    is($st, 401, 'settle failure: it ends (401) with its Redis gone');
+    my $count = sub {
+        my (undef, undef, $body) = $n[0]->get('/metrics');
+        return ($body // '') =~ /^nginx_ratelimit_settle_failures_total\{zone="lf"\} (\d+)$/m ? $1 : 'none';
+    };
+    is(settle_value($count, 1, timeout => 5, after => 1), 1, 'settle failure: counted once in nginx_ratelimit_settle_failures_total');
+    # (the spec: "retried once, then counted in the metric and logged")
+    ok(defined $n[0]->wait_log(qr/\[error\].*settle/, 3), 'settle failure: logged');
+    is(settle_value(sub { (($n[1]->get('/metrics'))[2] // '') =~ /^nginx_ratelimit_settle_failures_total\{zone="lr"\} (\d+)$/m ? $1 : 'none' }, 0),
+        0, 'settle failure: none for the zones whose settles all landed');
 }
 
 done_testing;
