@@ -28,6 +28,7 @@
 #include "core/redis_keys.h"
 #include "core/redis_script.h"
 #include "core/refund.h"
+#include "core/settle.h"
 #include "redis_lua_server.h"
 
 namespace rl {
@@ -211,6 +212,9 @@ struct Counts {
     int64_t hot_groups = 0;            // groups with a key that an earlier group of the batch changed
     int64_t delayed = 0;               // allowed decisions with a delay
     int64_t too_late = 0;              // rejected by max_delay while the burst had room
+    int64_t charges = 0;               // settle charges (run_charge)
+    int64_t charged_past = 0;          //   that took only what fitted in the debt
+    int64_t need_one = 0;              // decisions of quantity 0 with settle= (kNeedOne)
 };
 
 // A private redis-server with both variants of the script and of the library loaded; script_
@@ -476,6 +480,45 @@ class RedisLua : public ::testing::Test {
                 if (costs[i] > 0) lims[i]->admitted.emplace_back(now, costs[i]);
             }
         }
+    }
+
+    // A settle's charge (settle.h) on both sides: rl::charge against the script's charge mode,
+    // then the reply, the key's state and its TTL.
+    void run_charge(Limit& l, int64_t now, int64_t cost, const std::string& where) {
+        const rl::State before = l.key.s;
+        const std::vector<int64_t> live_before = l.live();
+        const rl::Policy debt = rl::debt_policy(l.key.p);
+        rl::Decision want;
+        int64_t charged = rl::charge(l.key.s, l.key.ring.data(), l.key.p, debt, now, cost, &want);
+
+        rl::RedisCheck c;
+        c.zone = l.zone;
+        c.hash = l.hash;
+        c.policy = &debt;
+        c.cost = cost;
+        c.at = rl::debt_shift(l.key.p, debt);
+        size_t len = rl::charge_command(nullptr, script_, true, kPrefix, &c, 1, now);
+        std::string cmd(len, '\0');
+        ASSERT_EQ(rl::charge_command(cmd.data(), script_, true, kPrefix, &c, 1, now), len);
+        Observed obs;
+        observe_call(cmd, {&l}, where, &obs);
+        if (HasFatalFailure()) return;
+        rl::Decision got;
+        int64_t redis_now = -1;
+        const std::string at = where + " charge " + std::to_string(cost) + " (" + std::string(rl::algo_name(l.key.p.algo)) +
+                               " " + std::to_string(l.key.p.requests) + "/" + std::to_string(l.key.p.period_us) +
+                               "us burst " + std::to_string(l.key.p.burst) + ") now " + std::to_string(now);
+        ASSERT_TRUE(rl::decode_decide_reply(obs.values.data(), obs.values.size(), 1, &got, &redis_now)) << at;
+        ASSERT_EQ(got.allowed, charged > 0) << at;
+        ASSERT_EQ(got.remaining, want.remaining) << at;
+        ASSERT_EQ(got.reset_us, want.reset_us) << at;
+        ASSERT_EQ(got.retry_after_us, want.retry_after_us) << at;
+        bool written = l.is_log() ? l.live() != live_before : !(l.key.s == before);
+        compare_key(l, obs.exec->element[1], obs.exec->element[3], written, want.reset_us, obs.t0_ms, obs.t1_ms, at);
+        if (HasFatalFailure()) return;
+        counts_.charges++;
+        counts_.charged_past += charged > 0 && charged < cost;
+        if (charged > 0) l.admitted.emplace_back(now, charged);
     }
 
     // One batch on both sides: the C++ applies the groups one after the other (each group is
@@ -911,6 +954,47 @@ TEST_P(RedisDiff, Batches) {
     EXPECT_GT(counts_.partial_rejections, 500) << "the batches must exercise all-or-nothing";
     for (rl::Algo a : kAll) EXPECT_GT(counts_.decisions[a], 1000) << rl::algo_name(a);
     EXPECT_GT(counts_.ttl_checked, 1000);
+}
+
+// settle= (settle.h): timelines of decisions (some of quantity 0, kNeedOne), charges past the
+// limit, and refunds of part of a cost, against the C++: every reply, state and TTL.
+TEST_P(RedisDiff, SettleTimelines) {
+    std::mt19937_64 rng(113);
+    const rl::Algo kAlgos[] = {rl::Algo::gcra, rl::Algo::token, rl::Algo::leaky,
+                               rl::Algo::fixed, rl::Algo::sliding, rl::Algo::log};
+    for (int round = 0; round < 120; round++) {
+        rl::Algo algo = kAlgos[round % 6];
+        Limit l(random_policy(rng, algo), "s" + std::to_string(round), random_hash(rng));
+        int64_t t = 1600000000LL * kSec + static_cast<int64_t>(rng() % (1000 * kSec));
+        for (int e = 0; e < 60; e++) {
+            t += time_step(rng, l.key.p);
+            std::string where = "settle round " + std::to_string(round) + " event " + std::to_string(e);
+            uint64_t what = rng() % 20;
+            if (what < 6) {
+                int64_t cap = l.key.p.capacity();
+                int64_t cost = rng() % 3 == 0 ? 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(3 * cap + 2))
+                                              : 1 + static_cast<int64_t>(rng() % 4);
+                run_charge(l, t, cost, where);
+            } else if (what < 9) {
+                int64_t at, cost;
+                pick_refund(rng, l, t, at, cost);
+                run_call({&l}, t, {cost}, {at}, where);
+            } else if (what < 13) {
+                run_call({&l}, t, {rl::kNeedOne}, {}, where);
+                counts_.need_one++;
+            } else {
+                run_call({&l}, t, {random_cost(rng, l.key.p)}, {}, where);
+            }
+            if (HasFatalFailure()) return;
+        }
+    }
+    std::printf("settle timelines: %lld charges (%lld partly past the debt), %lld of quantity 0, %lld refunds\n",
+                static_cast<long long>(counts_.charges), static_cast<long long>(counts_.charged_past),
+                static_cast<long long>(counts_.need_one), static_cast<long long>(counts_.refunds));
+    EXPECT_GT(counts_.charges, 1500);
+    EXPECT_GT(counts_.charged_past, 100) << "charges must reach the debt's end";
+    EXPECT_GT(counts_.rejected, 500) << "the debt must reject later requests";
+    for (rl::Algo a : kAlgos) EXPECT_GT(counts_.decisions[a], 300) << rl::algo_name(a);
 }
 
 // After a SCRIPT FLUSH, EVALSHA fails with NOSCRIPT (the client then sends EVAL), EVAL works,

@@ -706,8 +706,8 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             end
             -- A charge's token bucket is read under the debt policy (settle.h: debt_shift, in `at`).
             local shift = 0
-            if charging and algo == 1 and c ~= 0 then shift = at end
-            a = a + shift
+            if charging and algo == 1 then shift = at end
+            if c ~= 0 then a = a + shift end
             repeat
             local again = false
             if algo == 0 then  -- decide.cpp
@@ -740,8 +740,8 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
               cost, units, again = rem, rem, true
             end
             until not again
-            a = a - shift
-            if w and algo == 1 then x = x - shift end
+            if c ~= 0 then a = a - shift end
+            if w then x = x - shift end
             if w and x == a and y == b and z == c then w = false end
             -- A refund that changed the state keeps it, with the TTL of the cost-0 decision on it.
             if refund_it then commit(S, TTL, Z, key, algo, 0, reset, a, b, c) end

@@ -24,12 +24,16 @@ Policy debt_policy(const Policy& p) {
     return q;
 }
 
-int64_t charge(State& s, int64_t* ring, const Policy& p, const Policy& debt, int64_t now, int64_t cost) {
+int64_t charge(State& s, int64_t* ring, const Policy& p, const Policy& debt, int64_t now, int64_t cost,
+               Decision* out) {
+    Decision scratch;
+    Decision& d = out != nullptr ? *out : scratch;
+    d = Decision{};
     if (cost <= 0 || p.algo == Algo::concurrency) return 0;
     int64_t shift = s.c != 0 ? debt_shift(p, debt) : 0;
     State t = s;
     t.a += shift;
-    Decision d = decide(t, debt, now, cost, ring);
+    d = decide(t, debt, now, cost, ring);
     if (!d.allowed) {
         // As much as fits: what a request could take now.
         if (d.remaining <= 0 || d.remaining >= cost) return 0;

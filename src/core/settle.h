@@ -8,6 +8,7 @@
 // holds its limit, only up to its limit. A charge never shapes, never starts a block.
 #pragma once
 #include <cstdint>
+#include "decision.h"
 #include "policy.h"
 #include "state.h"
 
@@ -27,7 +28,9 @@ inline int64_t debt_shift(const Policy& p, const Policy& debt) {
 }
 
 // Charges up to `cost` units at `now` (debt = debt_policy(p)); `ring` as for decide_log.
-// Returns the units charged (0 when the key is already a full bucket in debt, or cost <= 0).
-int64_t charge(State& s, int64_t* ring, const Policy& p, const Policy& debt, int64_t now, int64_t cost);
+// Returns the units charged (0 when the key is already a full bucket in debt, or cost <= 0);
+// `out`, if given, gets the last decision on the debt policy (what the script's charge reports).
+int64_t charge(State& s, int64_t* ring, const Policy& p, const Policy& debt, int64_t now, int64_t cost,
+               Decision* out = nullptr);
 
 }  // namespace rl
