@@ -13,7 +13,9 @@
 #  - Bytes ($bytes_sent), also for a client that closes mid-body: settled once, what was sent.
 #  - Internal redirects settled once; subrequests (SSI, mirror) not settled; dry run.
 #  - An invalid settle value: logged once a second at most, escaped, settles nothing.
-#  - The overshoot bound: 32 clients of one key, each response settling 10 (quantity 1).
+#  - The overshoot bound: 32 clients of one key, each response settling 10 (quantity 1):
+#    admitted cost <= limit + 32 x 9 (README "Charging by the response"), the figure printed.
+#  - examples/settle-*.conf run for real (listen, pid, logs and upstream moved).
 # Keys' states are read with ratelimit_api (reading consumes nothing).
 use strict;
 use warnings;

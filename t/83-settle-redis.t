@@ -10,6 +10,9 @@
 #    reject.
 #  - Tokens from a response header: debt in Redis, the exact Retry-After on the other host.
 #  - Refund on 502 with the upstream down: the quota is intact.
+#  - Script calls: none for a settle equal to its quantity, one for a charge.
+#  - A settle Redis does not take (Redis killed while the request runs): counted once in
+#    nginx_ratelimit_settle_failures_total, and logged.
 use strict;
 use warnings;
 BEGIN { $ENV{RLTEST_TIMEOUT} ||= 240 }
