@@ -106,7 +106,10 @@ struct rl_limit_t {
     bool nodelay;                           // written out
     int64_t max_delay_us;                   // max_delay=TIME, 0 when none
     int64_t block_us;                       // block=TIME (overrides the zone's), 0 when none
-    ngx_http_complex_value_t* settle_cv;    // settle=VALUE: the request's real cost, at its end (settle.cpp)
+    bool settle_set;                        // settle=VALUE: the request's real cost, at its end (settle.cpp)
+    int64_t settle;                         //   a number, used when settle_cv is null
+    ngx_http_complex_value_t* settle_cv;    //   with variables
+    ngx_int_t settle_var;                   //   one variable alone: its index (else NGX_ERROR)
     u_char* file;                           // where the line is, for errors found at merge
     ngx_uint_t line;
 };
@@ -117,6 +120,7 @@ struct rl_applied_t {
     rl_zone_t* zone;
     const rl_limit_t* limit;
     rl::Policy policy;  // with a variable rate or burst: what applies when their values do not
+    rl::Policy debt;    // with settle=: the policy's debt policy (core/settle.h), found once
     bool tiered;        // its rate or burst comes from a variable: a policy per request (tier.cpp)
 };
 

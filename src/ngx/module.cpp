@@ -14,6 +14,7 @@
 
 #include "core/headers.h"
 #include "core/rate.h"
+#include "core/settle.h"
 
 #include <cstdarg>
 
@@ -117,6 +118,15 @@ char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
 }
 
+// Whether `name` is a variable's name alone (what "$name" may be followed by is not in it).
+bool rl_variable_name(const ngx_str_t& name) {
+    for (size_t i = 0; i < name.len; i++) {
+        u_char c = name.data[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    }
+    return true;
+}
+
 // ratelimit zone=NAME [burst=N] [quantity=N|$variable] [settle=VALUE] [delay=N | nodelay] [max_delay=TIME]
 //           [block=TIME]
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
@@ -126,6 +136,7 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 
     rl_limit_t limit{};
     limit.quantity = 1;
+    limit.settle_var = NGX_ERROR;
     limit.delay = rl::kNoDelay;
     bool nodelay = false;
     limit.file = cf->conf_file->file.name.data;
@@ -155,9 +166,18 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             }
         } else if (rl_arg(a, "settle=", v)) {
             // Evaluated when the request ends: its variables may be the response's (settle.cpp).
-            if (v.len == 0) return rl_conf_error(cf, "invalid settle \"%V\"", &a);
-            limit.settle_cv = rl_complex_value(cf, &v);
-            if (limit.settle_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+            limit.settle_set = true;
+            ngx_str_t name{v.len - 1, v.data + 1};
+            if (v.len > 1 && v.data[0] == '$' && rl_variable_name(name)) {
+                // One variable: read by its index (no script to run, nothing to copy).
+                limit.settle_var = ngx_http_get_variable_index(cf, &name);
+                if (limit.settle_var == NGX_ERROR) return static_cast<char*>(NGX_CONF_ERROR);
+            } else if (ngx_strlchr(v.data, v.data + v.len, '$') != nullptr) {
+                limit.settle_cv = rl_complex_value(cf, &v);
+                if (limit.settle_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+            } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.settle)) {
+                return rl_conf_error(cf, "invalid settle \"%V\"", &a);
+            }
             static_cast<rl_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module))->settles = true;
         } else if (rl_arg(a, "delay=", v)) {
             if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.delay)) {
@@ -286,11 +306,11 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
             return false;
         }
         if (zone->concurrency &&
-            (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay || l.nodelay || l.settle_cv != nullptr)) {
+            (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay || l.nodelay || l.settle_set)) {
             // A request takes one slot while it runs, and nothing refills a slot but its end.
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "\"%s\" has no meaning for the concurrency zone \"%V\"",
                              l.burst_set ? "burst" : l.quantity_set ? "quantity" : l.nodelay ? "nodelay"
-                             : l.settle_cv != nullptr ? "settle" : "delay",
+                             : l.settle_set ? "settle" : "delay",
                              &zone->name);
             return false;
         }
@@ -320,6 +340,7 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         a->zone = zone;
         a->limit = &l;
         a->policy = p;
+        if (l.settle_set) a->debt = rl::debt_policy(p);
         rl_tier_check_applied(a);
         conf->tiered = conf->tiered || a->tiered;
         conf->stores |= ngx_uint_t{1} << zone->store->index;

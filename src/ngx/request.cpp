@@ -96,7 +96,7 @@ rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcep
             rl_calendar_window(res, static_cast<int64_t>(tp->sec) * 1000000 + static_cast<int64_t>(tp->msec) * 1000);
         }
         res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
-        if (res.cost == 0 && applied[i].limit->settle_cv != nullptr) {
+        if (res.cost == 0 && applied[i].limit->settle_set) {
             // settle= charges what the request used: it needs room for one unit meanwhile. A
             // lease takes the unit (its asks count what requests take) and settles it back.
             res.cost = applied[i].zone->sync_mode == RL_SYNC_LEASE ? 1 : rl::kNeedOne;

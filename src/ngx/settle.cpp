@@ -22,8 +22,17 @@ bool admitted(const rl_ctx_t* ctx, const rl_result_t& res) {
 
 // The settle value of a result's limit, or -1 (none, or invalid: logged).
 int64_t settle_value(ngx_http_request_t* r, const rl_result_t& res) {
+    const rl_limit_t* limit = res.applied->limit;
     ngx_str_t value;
-    if (ngx_http_complex_value(r, res.applied->limit->settle_cv, &value) != NGX_OK) return -1;
+    if (limit->settle_var != NGX_ERROR) {
+        ngx_http_variable_value_t* vv = ngx_http_get_indexed_variable(r, static_cast<ngx_uint_t>(limit->settle_var));
+        value.len = vv != nullptr && !vv->not_found ? vv->len : 0;
+        value.data = vv != nullptr ? vv->data : nullptr;
+    } else if (limit->settle_cv == nullptr) {
+        return limit->settle;
+    } else if (ngx_http_complex_value(r, limit->settle_cv, &value) != NGX_OK) {
+        return -1;
+    }
     int64_t v = value.len > 0 ? rl::parse_cost(rl_sv(value)) : -1;
     if (v >= 0 && v <= rl::kMaxRequests) return v;
     rl_zone_t* zone = res.applied->zone;
@@ -36,7 +45,7 @@ void evaluate(rl_ctx_t* ctx, ngx_http_request_t* r) {
     for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
         rl_result_t& res = ctx->results[i];
         res.delta = 0;
-        if (res.applied->limit->settle_cv == nullptr || !admitted(ctx, res)) continue;
+        if (!res.applied->limit->settle_set || !admitted(ctx, res)) continue;
         int64_t v = settle_value(r, res);
         if (v < 0) continue;
         if (ctx->settle < 0) ctx->settle = v;

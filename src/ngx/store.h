@@ -13,6 +13,8 @@
 
 #include "ngx/request.h"
 
+#include "core/settle.h"
+
 struct rl_store_t {
     const char* name;
     ngx_uint_t index;   // its bit in rl_ctx_t::stores and its rl_ctx_t::store_data
@@ -62,6 +64,12 @@ extern const rl_store_t rl_conc_store;  // in-flight slots in shared memory (sto
 // ratelimit_on_error local decides it there.
 inline const rl_store_t* rl_store_of(const rl_result_t& res) {
     return res.store == RL_STORE_LOCAL ? res.applied->zone->local : res.applied->zone->store;
+}
+
+// The debt policy a settle's charge is decided on (core/settle.h): found once per limit, or
+// for a tier's policy (per request) now.
+inline rl::Policy rl_debt_of(const rl_result_t& res) {
+    return res.policy == &res.applied->policy ? res.applied->debt : rl::debt_policy(*res.policy);
 }
 
 // What the zone's table keeps per key after its Slot.

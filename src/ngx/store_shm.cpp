@@ -82,7 +82,7 @@ void shm_refund(rl_result_t& res, rl::Slot* slot, int64_t now) {
 }
 
 void shm_settle(rl_result_t& res, rl::Slot* slot, int64_t now) {
-    rl::charge(slot->state, ring_of(res, slot), *res.policy, rl::debt_policy(*res.policy), now, res.delta);
+    rl::charge(slot->state, ring_of(res, slot), *res.policy, rl_debt_of(res), now, res.delta);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "ngx/redis/cluster.h"
 #include "ngx/redis/node.h"
 #include "ngx/redis/request.h"
+#include "ngx/store.h"
 
 namespace {
 
@@ -29,13 +30,30 @@ bool send(rl_settle_call_t* call, rl_redis_node_t* node, bool ask) {
     return node != nullptr && rl_node_send(node, call->cmd, call->len, on_reply, call, 1, ask) != nullptr;
 }
 
+// A lost settle has a line of its own (once a second per worker), whatever else the server's
+// errors logged in that second: its difference is gone.
+time_t lost_logged = 0;
+ngx_uint_t lost_suppressed = 0;
+
 void failed(rl_settle_call_t* call, rl_redis_node_t* node, const redisReply* reply) {
     if (call->metrics != nullptr) rl_metrics_add(&call->metrics->settle_failures, 1);
-    if (node != nullptr) {
-        rl_node_reply_failed(node, "a settle failed", reply);
+    // An error reply tells the server's state (a cluster's map, a master that moved).
+    if (node != nullptr && reply != nullptr) rl_node_reply_failed(node, "a settle failed", reply);
+    if (lost_logged == ngx_time()) {
+        lost_suppressed++;
     } else {
-        rl_redis_log_error(&call->redis->conn, 0, "ratelimit redis \"%V\": a settle of zone \"%V\" could not be sent",
-                           &call->redis->name, &call->zone);
+        const char* why = reply != nullptr ? "Redis answered an error" : node != nullptr ? "no reply" : "Redis unavailable";
+        if (lost_suppressed > 0) {
+            ngx_log_error(NGX_LOG_ERR, call->redis->conn.log, 0,
+                          "ratelimit redis \"%V\": a settle of zone \"%V\" was lost after two tries (%s); %ui more "
+                          "in the last second", &call->redis->name, &call->zone, why, lost_suppressed);
+        } else {
+            ngx_log_error(NGX_LOG_ERR, call->redis->conn.log, 0,
+                          "ratelimit redis \"%V\": a settle of zone \"%V\" was lost after two tries (%s)",
+                          &call->redis->name, &call->zone, why);
+        }
+        lost_logged = ngx_time();
+        lost_suppressed = 0;
     }
     ngx_free(call);
 }
@@ -70,7 +88,7 @@ rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript
     rl_zone_t* zone = res.applied->zone;
     rl_redis_t* redis = zone->redis;
     std::string_view prefix = rl_sv(redis->prefix);
-    rl::Policy debt = rl::debt_policy(*res.policy);
+    rl::Policy debt = rl_debt_of(res);
     rl::RedisCheck check;
     check.zone = rl_sv(zone->name);
     check.hash = res.hash;

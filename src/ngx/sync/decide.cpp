@@ -145,7 +145,7 @@ void sync_settle(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
         if (units > 0) rl::delta_add(k->unsent, p, now, units);
     } else {
         rl::State& s = (res.flags & RL_SYNC_LOCAL) ? k->fallback : slot->state;
-        units = rl::charge(s, nullptr, p, rl::debt_policy(p), now, units);
+        units = rl::charge(s, nullptr, p, res.applied->debt, now, units);
         rl::delta_add(k->unsent, p, delta_time(p, now, s), units);
     }
     rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));
