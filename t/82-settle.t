@@ -1,7 +1,8 @@
 # settle= (issue 20) in shared memory: a request's cost decided by its response, charged or
 # given back when the main request ends. The upstream is RLTest::Backend, answering with the
 # status, response header, chunked body and trailer a request asks for.
-#  - nginx -t: settle= refused on a concurrency zone, empty, or given twice.
+#  - nginx -t: settle= refused on a concurrency zone, empty, given twice, or a number that is
+#    not one or is beyond 10^12.
 #  - Failed logins (quantity=0 settle=$login_failed): 5 failures then 429 whatever the worker,
 #    successes never counted (many, concurrent), a full key rejected even with quantity=0;
 #    the sliding log too. $ratelimit_status and $ratelimit_settled in the access log.
@@ -53,7 +54,9 @@ note("nginx $version: proxy_pass_trailers " . ($pass_trailers ? 'available' : 'u
     my $zones = "    ratelimit_zone c key=\$arg_k concurrency=2;\n    ratelimit_zone r key=\$arg_k requests=5 period=1h;\n";
     for my $case (['concurrency zone', 'ratelimit zone=c settle=1;', qr/settle/],
                   ['empty settle=', 'ratelimit zone=r settle=;', qr/settle/],
-                  ['settle= twice', 'ratelimit zone=r settle=1 settle=$status;', qr/duplicate parameter "settle="/]) {
+                  ['settle= twice', 'ratelimit zone=r settle=1 settle=$status;', qr/duplicate parameter "settle="/],
+                  ['a number beyond 10^12', 'ratelimit zone=r settle=1000000000001;', qr/settle/],
+                  ['not a number', 'ratelimit zone=r settle=12ab;', qr/settle/]) {
         my ($what, $line, $re) = @$case;
         my ($rc, $out, $file) = nginx_t("$zones    server { listen 127.0.0.1:%%PORT%%; location / { $line empty_gif; } }\n");
         isnt($rc, 0, "nginx -t: $what refused");
@@ -63,8 +66,9 @@ note("nginx $version: proxy_pass_trailers " . ($pass_trailers ? 'available' : 'u
     }
     my ($rc, $out) = nginx_t("$zones    server { listen 127.0.0.1:%%PORT%%;\n"
         . "        location /a { ratelimit zone=r settle=3; empty_gif; }\n"
-        . "        location /b { ratelimit zone=r quantity=0 settle=\$status; empty_gif; }\n    }\n");
-    is($rc, 0, 'nginx -t: settle=NUMBER and settle=$variable accepted') or diag($out);
+        . "        location /b { ratelimit zone=r quantity=0 settle=\$status; empty_gif; }\n"
+        . "        location /c { ratelimit zone=r settle=1000000000000; empty_gif; }\n    }\n");
+    is($rc, 0, 'nginx -t: settle=NUMBER (up to 10^12) and settle=$variable accepted') or diag($out);
 }
 
 # ------------------------------------------------------------------ the instance
