@@ -128,6 +128,7 @@ struct rl_loc_conf_t {
     ngx_array_t* limits;   // of rl_limit_t, as written (inherited like limit_req's)
     ngx_array_t* applied;  // of rl_applied_t, built at merge; null when no limit applies
     ngx_uint_t stores;     // the stores of its applied limits, as a set of rl_store_t::index bits
+    bool slots;            // some applied zone may hold in-flight slots in shared memory (concurrency)
     ngx_uint_t algo;       // rl::Algo
     ngx_uint_t status;
     ngx_uint_t headers;    // RL_HEADERS_*

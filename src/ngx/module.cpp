@@ -294,6 +294,7 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
     conf->applied = nullptr;
     conf->tiered = false;
     conf->stores = 0;
+    conf->slots = false;
     if (conf->limits == nullptr) return true;
     conf->applied = ngx_array_create(cf->pool, conf->limits->nelts, sizeof(rl_applied_t));
     if (conf->applied == nullptr) return false;
@@ -344,6 +345,7 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         rl_tier_check_applied(a);
         conf->tiered = conf->tiered || a->tiered;
         conf->stores |= ngx_uint_t{1} << zone->store->index;
+        conf->slots = conf->slots || zone->local == &rl_conc_store;  // a Redis one's too: on_error local
         if (p.algo == rl::Algo::log && !rl_zone_check_log(cf, zone, p, &l)) return false;
         if (zone->sync_mode != RL_SYNC_OFF && !rl_sync_add_policy(zone, p)) return false;
         if (!rl_api_note_policy(cf, zone, p)) return false;

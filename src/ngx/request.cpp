@@ -62,6 +62,7 @@ rl_ctx_t* new_ctx(ngx_http_request_t* r, const rl_loc_conf_t* lcf) {
     ctx->policy = lcf->tiered ? nullptr : &lcf->policy;
     ctx->napplied = n;
     ctx->stores = lcf->stores;
+    ctx->slots = lcf->slots;
     ctx->phase = RL_PHASE_RETURNED;
     ctx->settle = -1;
     cln->handler = rl_ctx_cleanup;

@@ -72,6 +72,7 @@ struct rl_ctx_t {
     rl_result_t* results;
     ngx_uint_t nresults;
     ngx_uint_t stores;     // the stores of its results (rl_store_t::index bits)
+    bool slots;            // some result may hold in-flight slots (rl_loc_conf_t::slots)
     ngx_int_t decider;     // index of the result that decided, -1 if none
     rl_status_e status;
     ngx_uint_t headers;    // RL_HEADERS_* of the location that decided

@@ -128,11 +128,11 @@ inline void rl_store_settle_remote(rl_ctx_t* ctx) {
 inline void rl_store_decided(rl_ctx_t* ctx) {
     rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->decided ? s->decided(ctx), 0 : 0; });
 }
-// The request is over: the in-flight slots it holds in shared memory go back (store_conc.cpp);
-// the stores' `end` give back theirs.
+// The request is over: the in-flight slots it holds in shared memory go back (store_conc.cpp;
+// only looked for where a concurrency zone applies); the stores' `end` give back theirs.
 void rl_store_release_slots(rl_ctx_t* ctx) noexcept;
 inline void rl_store_end(rl_ctx_t* ctx) {
-    rl_store_release_slots(ctx);
+    if (ctx->slots) rl_store_release_slots(ctx);
     rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->end ? s->end(ctx), 0 : 0; });
 }
 // Gives back what every store consumed for the request (shared memory at once, Redis by a

@@ -356,11 +356,11 @@ rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint1
 // Whether a limit of the request is one Redis rejected and would still reject: the request is
 // then rejected without a call, its other Redis limits not asked (all or nothing).
 bool rejected_here(rl_ctx_t* ctx) {
-    int64_t now = rl_rejected_now();
+    int64_t now = 0;  // read only if needed
     bool rejected = false;
     for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
         rl_result_t& res = ctx->results[i];
-        if (res.store == RL_STORE_REDIS && rl_rejected_check(res, now)) {
+        if (res.store == RL_STORE_REDIS && rl_rejected_check(res, &now)) {
             res.flags |= kRejectedHere;
             rejected = true;
         }
