@@ -353,13 +353,14 @@ class RedisLua : public ::testing::Test {
     // this simulated timeline later; the transaction keeps Redis from expiring them before
     // PERSIST, unless the machine stalls it (see compare_key). The script's reply (integers) goes
     // to out->values; out->exec keeps the rest: element 1 + 3i is key i's expiry, 3 + 3i its state.
+    // more: other keys the call may write (blocks), observed the same way after `keys`, read by GET.
     struct Observed {
         Reply exec;
         std::vector<int64_t> values;
         int64_t t0_ms = 0, t1_ms = 0;
     };
     void observe_call(const std::string& cmd, const std::vector<Limit*>& keys, const std::string& where,
-                      Observed* out) {
+                      Observed* out, const std::vector<std::string>& more = {}) {
         redisContext* c = conn_.get();
         rltest::append(c, {"TIME"});
         rltest::append(c, {"MULTI"});
@@ -369,17 +370,23 @@ class RedisLua : public ::testing::Test {
             rltest::append(c, {"PERSIST", l->redis_key});
             append_state_read(c, *l);
         }
+        for (const std::string& k : more) {
+            rltest::append(c, {"PEXPIRETIME", k});
+            rltest::append(c, {"PERSIST", k});
+            rltest::append(c, {"GET", k});
+        }
+        const size_t observed = keys.size() + more.size();
         rltest::append(c, {"EXEC"});
         rltest::append(c, {"TIME"});
         Reply t0 = rltest::next_reply(c);
-        for (size_t i = 0; i < 2 + 3 * keys.size(); i++) {
+        for (size_t i = 0; i < 2 + 3 * observed; i++) {
             Reply queued = rltest::next_reply(c);  // OK, then QUEUED for each command
             ASSERT_TRUE(queued && queued->type == REDIS_REPLY_STATUS) << where << ": " << c->errstr;
         }
         out->exec = rltest::next_reply(c);
         Reply t1 = rltest::next_reply(c);
         const redisReply* exec = out->exec.get();
-        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * keys.size())
+        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * observed)
             << where << ": " << c->errstr;
         const redisReply* reply = exec->element[0];
         ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY) << where << ": " << (reply->type == REDIS_REPLY_ERROR ? reply->str : "");
@@ -1003,10 +1010,12 @@ TEST_P(RedisDiff, SettleTimelines) {
 // shared-memory pass (decide_blocking per check, then all or nothing): a live block rejects
 // with its time left and changes nothing, a check that rejects by itself starts its block,
 // another check's rejection does not; time steps land before, on and after a block's end.
+// After every call, as in run_call: the states and their TTLs, and each check's block key (its
+// end, and the TTL of a block just started).
 TEST_P(RedisDiff, BlockTimelines) {
     std::mt19937_64 rng(109);
     static const int64_t kBlocks[] = {kSec, 7 * kSec, 60 * kSec, 3600 * kSec};
-    int64_t live = 0, started = 0, ended = 0, bystander = 0, calls = 0;
+    int64_t live = 0, started = 0, ended = 0, bystander = 0, calls = 0, block_ttls = 0;
     for (int round = 0; round < 150; round++) {
         size_t n = 1 + rng() % 2;
         std::vector<std::unique_ptr<Limit>> owned;
@@ -1032,6 +1041,12 @@ TEST_P(RedisDiff, BlockTimelines) {
             for (size_t i = 0; i < n; i++) costs[i] = random_cost(rng, lims[i]->key.p);
 
             // The C++ side.
+            std::vector<rl::State> before(n);
+            std::vector<std::vector<int64_t>> live_before(n);
+            for (size_t i = 0; i < n; i++) {
+                before[i] = lims[i]->key.s;
+                live_before[i] = lims[i]->live();
+            }
             std::vector<rl::Decision> want(n);
             bool all = true;
             for (size_t i = 0; i < n; i++) {
@@ -1056,29 +1071,72 @@ TEST_P(RedisDiff, BlockTimelines) {
                 started += want[i].block == rl::kBlockStarted;
             }
 
-            // Redis.
-            Reply r = send(build(false, script_, true, t, checks_of(lims, costs, {})));
-            ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << where << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-            std::vector<int64_t> values(r->elements);
-            for (size_t j = 0; j < r->elements; j++) values[j] = r->element[j]->integer;
+            // Redis, observed (and its keys made persistent, so that none expires in real time
+            // before the next event: the timeline's clock is the injected one) with the block
+            // keys, those of checks without block_us too.
+            std::vector<std::string> blocks;
+            for (Limit* l : lims) blocks.push_back(l->redis_key + ":block");
+            Observed obs;
+            observe_call(build(false, script_, true, t, checks_of(lims, costs, {})), lims, where, &obs, blocks);
+            if (HasFatalFailure()) return;
             std::vector<rl::Decision> got(n);
-            ASSERT_TRUE(rl::decode_decide_reply(values.data(), values.size(), n, got.data(), nullptr)) << where;
+            ASSERT_TRUE(rl::decode_decide_reply(obs.values.data(), obs.values.size(), n, got.data(), nullptr)) << where;
+            const redisReply* exec = obs.exec.get();
             for (size_t i = 0; i < n; i++) {
-                std::string at = where + " check " + std::to_string(i);
+                Limit& l = *lims[i];
+                const std::string at = where + " check " + std::to_string(i) + " (" + std::string(rl::algo_name(l.key.p.algo)) +
+                                       " " + std::to_string(l.key.p.requests) + "/" + std::to_string(l.key.p.period_us) +
+                                       "us burst " + std::to_string(l.key.p.burst) + " block " +
+                                       std::to_string(l.key.p.block_us) + "us) cost " + std::to_string(costs[i]) +
+                                       " now " + std::to_string(t);
                 ASSERT_EQ(got[i].allowed, want[i].allowed) << at;
                 ASSERT_EQ(int(got[i].block), int(want[i].block)) << at;
                 ASSERT_EQ(got[i].remaining, want[i].remaining) << at;
                 ASSERT_EQ(got[i].reset_us, want[i].reset_us) << at;
                 ASSERT_EQ(got[i].retry_after_us, want[i].retry_after_us) << at;
                 ASSERT_EQ(got[i].delay_us, want[i].delay_us) << at;
+
+                bool written = all && (l.is_log() ? l.live() != live_before[i] : !(l.key.s == before[i]));
+                compare_key(l, exec->element[1 + 3 * i], exec->element[3 + 3 * i], written, want[i].reset_us,
+                            obs.t0_ms, obs.t1_ms, at);
+                if (HasFatalFailure()) return;
+
+                // The block key: the end C++ holds for a live block; a TTL only on a block just
+                // started (block_ms + 1, set within the call); none at all without block_us.
+                const redisReply* bexp = exec->element[1 + 3 * (n + i)];
+                const redisReply* bval = exec->element[3 + 3 * (n + i)];
+                ASSERT_EQ(bexp->type, REDIS_REPLY_INTEGER) << at;
+                if (l.key.p.block_us == 0) {
+                    ASSERT_EQ(bexp->integer, -2) << at << ": a block key without block_us";
+                    continue;
+                }
+                if (until[i] != 0) {
+                    ASSERT_EQ(bval->type, REDIS_REPLY_STRING) << at << ": a live block without its key";
+                    ASSERT_EQ(std::string(bval->str, bval->len), std::to_string(until[i])) << at;
+                } else if (bval->type != REDIS_REPLY_NIL) {
+                    ASSERT_EQ(bval->type, REDIS_REPLY_STRING) << at;
+                    ASSERT_LE(std::atoll(bval->str), t) << at << ": Redis holds a live block C++ does not";
+                }
+                if (want[i].block == rl::kBlockStarted) {
+                    const int64_t ttl_ms = rl::ceil_div(l.key.p.block_us, 1000) + 1;
+                    ASSERT_GE(ttl_ms, bexp->integer - obs.t1_ms) << at << ": block TTL shorter than the block";
+                    ASSERT_LE(ttl_ms, bexp->integer - obs.t0_ms) << at << ": block TTL longer than the block + 2 ms";
+                    block_ttls++;
+                } else {
+                    ASSERT_LT(bexp->integer, 0) << at << ": a block TTL set without a block starting";
+                }
             }
             calls++;
         }
     }
-    std::printf("block timelines: %lld calls, %lld blocked, %lld blocks started, %lld ended, %lld bystanders\n",
+    std::printf("block timelines: %lld calls, %lld blocked, %lld blocks started (%lld block TTLs checked), %lld ended, "
+                "%lld bystanders; %lld state TTLs checked, %lld keys expired in real time\n",
                 static_cast<long long>(calls), static_cast<long long>(live), static_cast<long long>(started),
-                static_cast<long long>(ended), static_cast<long long>(bystander));
+                static_cast<long long>(block_ttls), static_cast<long long>(ended), static_cast<long long>(bystander),
+                static_cast<long long>(counts_.ttl_checked), static_cast<long long>(counts_.expired_in_real_time));
     EXPECT_EQ(calls, 150 * 60);
+    EXPECT_EQ(block_ttls, started);
+    EXPECT_GT(counts_.ttl_checked, 1000);
     EXPECT_GT(live, 1000);
     EXPECT_GT(started, 100);
     EXPECT_GT(ended, 100);
