@@ -721,6 +721,22 @@ class RedisLua : public ::testing::Test {
         std::printf("%s)\n", line.c_str());
     }
 
+    // Redis's clock, in ms: brackets a call whose TTLs a test checks.
+    int64_t redis_ms() {
+        Reply r = rltest::command(conn_.get(), {"TIME"});
+        return r && r->type == REDIS_REPLY_ARRAY ? rltest::time_us(r.get()) / 1000 : -1;
+    }
+
+    // That `key`'s expiry was set to ttl_ms from a time within [t0_ms, t1_ms] (Redis's clock):
+    // exact, however long the machine stalls after the call (a PTTL read later is not).
+    void expect_ttl_set(const std::string& key, int64_t ttl_ms, int64_t t0_ms, int64_t t1_ms) {
+        Reply exp = rltest::command(conn_.get(), {"PEXPIRETIME", key});
+        ASSERT_TRUE(exp && exp->type == REDIS_REPLY_INTEGER);
+        ASSERT_GT(t0_ms, 0);
+        EXPECT_GE(exp->integer - ttl_ms, t0_ms) << key << ": TTL shorter than " << ttl_ms << " ms";
+        EXPECT_LE(exp->integer - ttl_ms, t1_ms) << key << ": TTL longer than " << ttl_ms << " ms";
+    }
+
     // Sends one command as the writers of redis_command.h made it; its reply.
     Reply send(const std::string& cmd) {
         redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
@@ -1144,7 +1160,9 @@ TEST_P(RedisDiff, BlockTimelines) {
 }
 
 TEST_F(RedisLua, NoscriptAfterFlushThenEval) {
-    Limit l(rltest::policy(rl::Algo::gcra, 10, kSec, 2), "ns", rl::KeyHash{1, 2});
+    // 10 per hour: the state written by EVAL lives 6 minutes in real time, beyond any stall
+    // before EVALSHA reads it.
+    Limit l(rltest::policy(rl::Algo::gcra, 10, 3600 * kSec, 2), "ns", rl::KeyHash{1, 2});
     const int64_t now = 1700000000LL * kSec;
     std::vector<rl::RedisCheck> checks = checks_of({&l}, {1}, {});
     flush_then_expect_error("SCRIPT", build(false, rl::CommandScript::evalsha, true, now, checks), "NOSCRIPT");
@@ -1162,7 +1180,8 @@ TEST_F(RedisLua, NoscriptAfterFlushThenEval) {
 }
 
 // The production variant reads Redis's clock: its now lies between the TIME before and after.
-// The ARGV now is ignored. Its key then expires by itself once idle.
+// The ARGV now is ignored. Its key then expires by itself once idle. Its expiry is read in the
+// call's transaction: the 51 ms key cannot expire before, however the machine stalls.
 TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     Limit l(rltest::policy(rl::Algo::gcra, 20, kSec), "prod", rl::KeyHash{3, 4});
     // Production: the Lua's production variant; the now passed is not sent.
@@ -1170,11 +1189,18 @@ TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     EXPECT_EQ(cmd.find("12345"), std::string::npos);
     redisContext* c = conn_.get();
     rltest::append(c, {"TIME"});
+    rltest::append(c, {"MULTI"});
     redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+    rltest::append(c, {"PEXPIRETIME", l.redis_key});
+    rltest::append(c, {"EXEC"});
     rltest::append(c, {"TIME"});
-    rltest::append(c, {"PTTL", l.redis_key});
-    Reply t0 = rltest::next_reply(c), r = rltest::next_reply(c), t1 = rltest::next_reply(c), ttl = rltest::next_reply(c);
-    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    Reply t0 = rltest::next_reply(c);
+    for (int i = 0; i < 3; i++) ASSERT_TRUE(rltest::next_reply(c));  // OK, QUEUED, QUEUED
+    Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
+    ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 2);
+    const redisReply* r = exec->element[0];
+    const redisReply* exp = exec->element[1];
+    ASSERT_TRUE(r->type == REDIS_REPLY_ARRAY) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
     std::vector<int64_t> values;
     for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
     rl::Decision d;
@@ -1185,8 +1211,9 @@ TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     EXPECT_GE(now, rltest::time_us(t0.get()));
     EXPECT_LE(now, rltest::time_us(t1.get()));
     EXPECT_LT(std::llabs(now - rltest::time_us(t1.get())), kSec);
-    EXPECT_GT(ttl->integer, 0);  // 51 ms set, a little spent
-    EXPECT_LE(ttl->integer, 51);
+    ASSERT_EQ(exp->type, REDIS_REPLY_INTEGER);  // 51 ms, set during the call
+    EXPECT_GE(exp->integer - 51, rltest::time_us(t0.get()) / 1000);
+    EXPECT_LE(exp->integer - 51, rltest::time_us(t1.get()) / 1000);
 
     std::this_thread::sleep_for(std::chrono::milliseconds(120));
     Reply exists = rltest::command(c, {"EXISTS", l.redis_key});
@@ -1207,13 +1234,20 @@ TEST_P(RedisDiff, ProductionBatch) {
               len);
     redisContext* c = conn_.get();
     rltest::append(c, {"TIME"});
+    rltest::append(c, {"MULTI"});  // the hot key's expiry read before it can expire (as above)
     redisAppendFormattedCommand(c, cmd.data(), cmd.size());
-    rltest::append(c, {"TIME"});
-    rltest::append(c, {"PTTL", hot.redis_key});
+    rltest::append(c, {"PEXPIRETIME", hot.redis_key});
     rltest::append(c, {"GET", other.redis_key});
-    Reply t0 = rltest::next_reply(c), r = rltest::next_reply(c), t1 = rltest::next_reply(c), ttl = rltest::next_reply(c),
-          fixed = rltest::next_reply(c);
-    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    rltest::append(c, {"EXEC"});
+    rltest::append(c, {"TIME"});
+    Reply t0 = rltest::next_reply(c);
+    for (int i = 0; i < 4; i++) ASSERT_TRUE(rltest::next_reply(c));  // OK, QUEUED...
+    Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
+    ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 3);
+    const redisReply* r = exec->element[0];
+    const redisReply* exp = exec->element[1];
+    const redisReply* fixed = exec->element[2];
+    ASSERT_TRUE(r->type == REDIS_REPLY_ARRAY) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
     std::vector<int64_t> values;
     for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
     rl::Decision d[6];
@@ -1232,10 +1266,11 @@ TEST_P(RedisDiff, ProductionBatch) {
     EXPECT_EQ(d[4].remaining, 99);  // ...so it reports the state as it stands: one consumed
     EXPECT_FALSE(d[5].allowed);
     EXPECT_EQ(d[5].reset_us, kSec);  // the bucket holds 2 units of 0.5 s
-    EXPECT_GT(ttl->integer, 900);    // TTL of the hot key's last change: 1 s + 1 ms
-    EXPECT_LE(ttl->integer, 1001);
+    ASSERT_EQ(exp->type, REDIS_REPLY_INTEGER);  // TTL of the hot key's last change: 1 s + 1 ms
+    EXPECT_GE(exp->integer - 1001, rltest::time_us(t0.get()) / 1000);
+    EXPECT_LE(exp->integer - 1001, rltest::time_us(t1.get()) / 1000);
     rl::State s;
-    ASSERT_TRUE(stored_state(fixed.get(), s));
+    ASSERT_TRUE(stored_state(fixed, s));
     EXPECT_EQ(s.b, 1);
 }
 
@@ -1748,13 +1783,13 @@ TEST_P(RedisSlots, ExpiryAfterTheHold) {
     Limit l(rltest::policy(rl::Algo::concurrency, 2, 30 * kSec), "exp", rl::KeyHash{1, 2});
     const int64_t t = 1700000000LL * kSec, hold = 30 * kSec;
     ASSERT_TRUE(call({&l}, {1}, false, 7, 100, t)[0].allowed);
+    const int64_t t0_ms = redis_ms();
     rl::Decision d = call({&l}, {1}, false, 7, 101, t + 10)[0];
+    const int64_t t1_ms = redis_ms();
     EXPECT_TRUE(d.allowed);
     EXPECT_EQ(d.remaining, 0);
     EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"7.100", t + hold}, {"7.101", t + 10 + hold}}));
-    Reply ttl = rltest::command(conn_.get(), {"PTTL", l.redis_key});
-    EXPECT_GT(ttl->integer, 29000);
-    EXPECT_LE(ttl->integer, 30001);
+    expect_ttl_set(l.redis_key, 30001, t0_ms, t1_ms);
 
     d = call({&l}, {1}, false, 8, 1, t + hold - 1)[0];  // both still count: full
     EXPECT_FALSE(d.allowed);
@@ -1781,11 +1816,11 @@ TEST_P(RedisSlots, RefreshKeepsASlot) {
     const int64_t t = 1700000000LL * kSec, hold = 30 * kSec;
     ASSERT_TRUE(call({&l}, {1}, false, 5, 9, t)[0].allowed);
     rltest::command(conn_.get(), {"PEXPIRE", l.redis_key, "500000"});  // to see the refresh's TTL
+    const int64_t t0_ms = redis_ms();
     EXPECT_EQ(send_slots(true, l, 5, 9, 1, t + hold / 3 + hold), (std::vector<long long>{0, 1}));
+    const int64_t t1_ms = redis_ms();
     EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"5.9", t + hold / 3 + hold}}));
-    Reply ttl = rltest::command(conn_.get(), {"PTTL", l.redis_key});
-    EXPECT_GT(ttl->integer, 29000);
-    EXPECT_LE(ttl->integer, 30001);
+    expect_ttl_set(l.redis_key, 30001, t0_ms, t1_ms);
     EXPECT_FALSE(call({&l}, {1}, false, 6, 1, t + hold + 1)[0].allowed) << "refreshed: still held";
     EXPECT_TRUE(call({&l}, {1}, false, 6, 2, t + hold / 3 + hold)[0].allowed) << "expired at its new score";
 
