@@ -337,8 +337,8 @@ class RedisLua : public ::testing::Test {
             int64_t ttl_ms = rl::ceil_div(reset_us, 1000) + 1;
             ASSERT_GT(ttl_ms * 1000, reset_us);
             ASSERT_LE(ttl_ms * 1000, reset_us + 2000);
-            ASSERT_GE(ttl_ms, exp->integer - t1_ms) << at << ": TTL shorter than the reset";
-            ASSERT_LE(ttl_ms, exp->integer - t0_ms) << at << ": TTL longer than reset + 2 ms";
+            ASSERT_GE(ttl_ms, exp->integer - t1_ms) << at << ": TTL longer than ceil(reset / 1 ms) + 1 ms";
+            ASSERT_LE(ttl_ms, exp->integer - t0_ms) << at << ": TTL shorter than ceil(reset / 1 ms) + 1 ms";
             counts_.ttl_checked++;
         } else if (written) {
             ASSERT_TRUE(l.is_log() && live_after.empty()) << at << ": a written key is missing";
@@ -1135,8 +1135,8 @@ TEST_P(RedisDiff, BlockTimelines) {
                 }
                 if (want[i].block == rl::kBlockStarted) {
                     const int64_t ttl_ms = rl::ceil_div(l.key.p.block_us, 1000) + 1;
-                    ASSERT_GE(ttl_ms, bexp->integer - obs.t1_ms) << at << ": block TTL shorter than the block";
-                    ASSERT_LE(ttl_ms, bexp->integer - obs.t0_ms) << at << ": block TTL longer than the block + 2 ms";
+                    ASSERT_GE(ttl_ms, bexp->integer - obs.t1_ms) << at << ": block TTL longer than block_ms + 1 ms";
+                    ASSERT_LE(ttl_ms, bexp->integer - obs.t0_ms) << at << ": block TTL shorter than block_ms + 1 ms";
                     block_ttls++;
                 } else {
                     ASSERT_LT(bexp->integer, 0) << at << ": a block TTL set without a block starting";

@@ -133,8 +133,8 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
                       k.s)
                 << at;
             if (exp->integer == -2) continue;
-            ASSERT_GE(ttl_ms, exp->integer - t1) << at << ": TTL shorter than the reset";
-            ASSERT_LE(ttl_ms, exp->integer - t0) << at << ": TTL longer than reset + 2 ms";
+            ASSERT_GE(ttl_ms, exp->integer - t1) << at << ": TTL longer than ceil(reset / 1 ms) + 1 ms";
+            ASSERT_LE(ttl_ms, exp->integer - t0) << at << ": TTL shorter than ceil(reset / 1 ms) + 1 ms";
         }
     }
 
