@@ -337,8 +337,8 @@ class RedisLua : public ::testing::Test {
             int64_t ttl_ms = rl::ceil_div(reset_us, 1000) + 1;
             ASSERT_GT(ttl_ms * 1000, reset_us);
             ASSERT_LE(ttl_ms * 1000, reset_us + 2000);
-            ASSERT_GE(ttl_ms, exp->integer - t1_ms) << at << ": TTL shorter than the reset";
-            ASSERT_LE(ttl_ms, exp->integer - t0_ms) << at << ": TTL longer than reset + 2 ms";
+            ASSERT_GE(ttl_ms, exp->integer - t1_ms) << at << ": TTL longer than ceil(reset / 1 ms) + 1 ms";
+            ASSERT_LE(ttl_ms, exp->integer - t0_ms) << at << ": TTL shorter than ceil(reset / 1 ms) + 1 ms";
             counts_.ttl_checked++;
         } else if (written) {
             ASSERT_TRUE(l.is_log() && live_after.empty()) << at << ": a written key is missing";
@@ -353,13 +353,14 @@ class RedisLua : public ::testing::Test {
     // this simulated timeline later; the transaction keeps Redis from expiring them before
     // PERSIST, unless the machine stalls it (see compare_key). The script's reply (integers) goes
     // to out->values; out->exec keeps the rest: element 1 + 3i is key i's expiry, 3 + 3i its state.
+    // more: other keys the call may write (blocks), observed the same way after `keys`, read by GET.
     struct Observed {
         Reply exec;
         std::vector<int64_t> values;
         int64_t t0_ms = 0, t1_ms = 0;
     };
     void observe_call(const std::string& cmd, const std::vector<Limit*>& keys, const std::string& where,
-                      Observed* out) {
+                      Observed* out, const std::vector<std::string>& more = {}) {
         redisContext* c = conn_.get();
         rltest::append(c, {"TIME"});
         rltest::append(c, {"MULTI"});
@@ -369,17 +370,23 @@ class RedisLua : public ::testing::Test {
             rltest::append(c, {"PERSIST", l->redis_key});
             append_state_read(c, *l);
         }
+        for (const std::string& k : more) {
+            rltest::append(c, {"PEXPIRETIME", k});
+            rltest::append(c, {"PERSIST", k});
+            rltest::append(c, {"GET", k});
+        }
+        const size_t observed = keys.size() + more.size();
         rltest::append(c, {"EXEC"});
         rltest::append(c, {"TIME"});
         Reply t0 = rltest::next_reply(c);
-        for (size_t i = 0; i < 2 + 3 * keys.size(); i++) {
+        for (size_t i = 0; i < 2 + 3 * observed; i++) {
             Reply queued = rltest::next_reply(c);  // OK, then QUEUED for each command
             ASSERT_TRUE(queued && queued->type == REDIS_REPLY_STATUS) << where << ": " << c->errstr;
         }
         out->exec = rltest::next_reply(c);
         Reply t1 = rltest::next_reply(c);
         const redisReply* exec = out->exec.get();
-        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * keys.size())
+        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * observed)
             << where << ": " << c->errstr;
         const redisReply* reply = exec->element[0];
         ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY) << where << ": " << (reply->type == REDIS_REPLY_ERROR ? reply->str : "");
@@ -714,6 +721,22 @@ class RedisLua : public ::testing::Test {
         std::printf("%s)\n", line.c_str());
     }
 
+    // Redis's clock, in ms: brackets a call whose TTLs a test checks.
+    int64_t redis_ms() {
+        Reply r = rltest::command(conn_.get(), {"TIME"});
+        return r && r->type == REDIS_REPLY_ARRAY ? rltest::time_us(r.get()) / 1000 : -1;
+    }
+
+    // That `key`'s expiry was set to ttl_ms from a time within [t0_ms, t1_ms] (Redis's clock):
+    // exact, however long the machine stalls after the call (a PTTL read later is not).
+    void expect_ttl_set(const std::string& key, int64_t ttl_ms, int64_t t0_ms, int64_t t1_ms) {
+        Reply exp = rltest::command(conn_.get(), {"PEXPIRETIME", key});
+        ASSERT_TRUE(exp && exp->type == REDIS_REPLY_INTEGER);
+        ASSERT_GT(t0_ms, 0);
+        EXPECT_GE(exp->integer - ttl_ms, t0_ms) << key << ": TTL shorter than " << ttl_ms << " ms";
+        EXPECT_LE(exp->integer - ttl_ms, t1_ms) << key << ": TTL longer than " << ttl_ms << " ms";
+    }
+
     // Sends one command as the writers of redis_command.h made it; its reply.
     Reply send(const std::string& cmd) {
         redisAppendFormattedCommand(conn_.get(), cmd.data(), cmd.size());
@@ -1003,10 +1026,12 @@ TEST_P(RedisDiff, SettleTimelines) {
 // shared-memory pass (decide_blocking per check, then all or nothing): a live block rejects
 // with its time left and changes nothing, a check that rejects by itself starts its block,
 // another check's rejection does not; time steps land before, on and after a block's end.
+// After every call, as in run_call: the states and their TTLs, and each check's block key (its
+// end, and the TTL of a block just started).
 TEST_P(RedisDiff, BlockTimelines) {
     std::mt19937_64 rng(109);
     static const int64_t kBlocks[] = {kSec, 7 * kSec, 60 * kSec, 3600 * kSec};
-    int64_t live = 0, started = 0, ended = 0, bystander = 0, calls = 0;
+    int64_t live = 0, started = 0, ended = 0, bystander = 0, calls = 0, block_ttls = 0;
     for (int round = 0; round < 150; round++) {
         size_t n = 1 + rng() % 2;
         std::vector<std::unique_ptr<Limit>> owned;
@@ -1032,6 +1057,12 @@ TEST_P(RedisDiff, BlockTimelines) {
             for (size_t i = 0; i < n; i++) costs[i] = random_cost(rng, lims[i]->key.p);
 
             // The C++ side.
+            std::vector<rl::State> before(n);
+            std::vector<std::vector<int64_t>> live_before(n);
+            for (size_t i = 0; i < n; i++) {
+                before[i] = lims[i]->key.s;
+                live_before[i] = lims[i]->live();
+            }
             std::vector<rl::Decision> want(n);
             bool all = true;
             for (size_t i = 0; i < n; i++) {
@@ -1056,29 +1087,72 @@ TEST_P(RedisDiff, BlockTimelines) {
                 started += want[i].block == rl::kBlockStarted;
             }
 
-            // Redis.
-            Reply r = send(build(false, script_, true, t, checks_of(lims, costs, {})));
-            ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << where << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-            std::vector<int64_t> values(r->elements);
-            for (size_t j = 0; j < r->elements; j++) values[j] = r->element[j]->integer;
+            // Redis, observed (and its keys made persistent, so that none expires in real time
+            // before the next event: the timeline's clock is the injected one) with the block
+            // keys, those of checks without block_us too.
+            std::vector<std::string> blocks;
+            for (Limit* l : lims) blocks.push_back(l->redis_key + ":block");
+            Observed obs;
+            observe_call(build(false, script_, true, t, checks_of(lims, costs, {})), lims, where, &obs, blocks);
+            if (HasFatalFailure()) return;
             std::vector<rl::Decision> got(n);
-            ASSERT_TRUE(rl::decode_decide_reply(values.data(), values.size(), n, got.data(), nullptr)) << where;
+            ASSERT_TRUE(rl::decode_decide_reply(obs.values.data(), obs.values.size(), n, got.data(), nullptr)) << where;
+            const redisReply* exec = obs.exec.get();
             for (size_t i = 0; i < n; i++) {
-                std::string at = where + " check " + std::to_string(i);
+                Limit& l = *lims[i];
+                const std::string at = where + " check " + std::to_string(i) + " (" + std::string(rl::algo_name(l.key.p.algo)) +
+                                       " " + std::to_string(l.key.p.requests) + "/" + std::to_string(l.key.p.period_us) +
+                                       "us burst " + std::to_string(l.key.p.burst) + " block " +
+                                       std::to_string(l.key.p.block_us) + "us) cost " + std::to_string(costs[i]) +
+                                       " now " + std::to_string(t);
                 ASSERT_EQ(got[i].allowed, want[i].allowed) << at;
                 ASSERT_EQ(int(got[i].block), int(want[i].block)) << at;
                 ASSERT_EQ(got[i].remaining, want[i].remaining) << at;
                 ASSERT_EQ(got[i].reset_us, want[i].reset_us) << at;
                 ASSERT_EQ(got[i].retry_after_us, want[i].retry_after_us) << at;
                 ASSERT_EQ(got[i].delay_us, want[i].delay_us) << at;
+
+                bool written = all && (l.is_log() ? l.live() != live_before[i] : !(l.key.s == before[i]));
+                compare_key(l, exec->element[1 + 3 * i], exec->element[3 + 3 * i], written, want[i].reset_us,
+                            obs.t0_ms, obs.t1_ms, at);
+                if (HasFatalFailure()) return;
+
+                // The block key: the end C++ holds for a live block; a TTL only on a block just
+                // started (block_ms + 1, set within the call); none at all without block_us.
+                const redisReply* bexp = exec->element[1 + 3 * (n + i)];
+                const redisReply* bval = exec->element[3 + 3 * (n + i)];
+                ASSERT_EQ(bexp->type, REDIS_REPLY_INTEGER) << at;
+                if (l.key.p.block_us == 0) {
+                    ASSERT_EQ(bexp->integer, -2) << at << ": a block key without block_us";
+                    continue;
+                }
+                if (until[i] != 0) {
+                    ASSERT_EQ(bval->type, REDIS_REPLY_STRING) << at << ": a live block without its key";
+                    ASSERT_EQ(std::string(bval->str, bval->len), std::to_string(until[i])) << at;
+                } else if (bval->type != REDIS_REPLY_NIL) {
+                    ASSERT_EQ(bval->type, REDIS_REPLY_STRING) << at;
+                    ASSERT_LE(std::atoll(bval->str), t) << at << ": Redis holds a live block C++ does not";
+                }
+                if (want[i].block == rl::kBlockStarted) {
+                    const int64_t ttl_ms = rl::ceil_div(l.key.p.block_us, 1000) + 1;
+                    ASSERT_GE(ttl_ms, bexp->integer - obs.t1_ms) << at << ": block TTL longer than block_ms + 1 ms";
+                    ASSERT_LE(ttl_ms, bexp->integer - obs.t0_ms) << at << ": block TTL shorter than block_ms + 1 ms";
+                    block_ttls++;
+                } else {
+                    ASSERT_LT(bexp->integer, 0) << at << ": a block TTL set without a block starting";
+                }
             }
             calls++;
         }
     }
-    std::printf("block timelines: %lld calls, %lld blocked, %lld blocks started, %lld ended, %lld bystanders\n",
+    std::printf("block timelines: %lld calls, %lld blocked, %lld blocks started (%lld block TTLs checked), %lld ended, "
+                "%lld bystanders; %lld state TTLs checked, %lld keys expired in real time\n",
                 static_cast<long long>(calls), static_cast<long long>(live), static_cast<long long>(started),
-                static_cast<long long>(ended), static_cast<long long>(bystander));
+                static_cast<long long>(block_ttls), static_cast<long long>(ended), static_cast<long long>(bystander),
+                static_cast<long long>(counts_.ttl_checked), static_cast<long long>(counts_.expired_in_real_time));
     EXPECT_EQ(calls, 150 * 60);
+    EXPECT_EQ(block_ttls, started);
+    EXPECT_GT(counts_.ttl_checked, 1000);
     EXPECT_GT(live, 1000);
     EXPECT_GT(started, 100);
     EXPECT_GT(ended, 100);
@@ -1086,7 +1160,9 @@ TEST_P(RedisDiff, BlockTimelines) {
 }
 
 TEST_F(RedisLua, NoscriptAfterFlushThenEval) {
-    Limit l(rltest::policy(rl::Algo::gcra, 10, kSec, 2), "ns", rl::KeyHash{1, 2});
+    // 10 per hour: the state written by EVAL lives 6 minutes in real time, beyond any stall
+    // before EVALSHA reads it.
+    Limit l(rltest::policy(rl::Algo::gcra, 10, 3600 * kSec, 2), "ns", rl::KeyHash{1, 2});
     const int64_t now = 1700000000LL * kSec;
     std::vector<rl::RedisCheck> checks = checks_of({&l}, {1}, {});
     flush_then_expect_error("SCRIPT", build(false, rl::CommandScript::evalsha, true, now, checks), "NOSCRIPT");
@@ -1104,7 +1180,8 @@ TEST_F(RedisLua, NoscriptAfterFlushThenEval) {
 }
 
 // The production variant reads Redis's clock: its now lies between the TIME before and after.
-// The ARGV now is ignored. Its key then expires by itself once idle.
+// The ARGV now is ignored. Its key then expires by itself once idle. Its expiry is read in the
+// call's transaction: the 51 ms key cannot expire before, however the machine stalls.
 TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     Limit l(rltest::policy(rl::Algo::gcra, 20, kSec), "prod", rl::KeyHash{3, 4});
     // Production: the Lua's production variant; the now passed is not sent.
@@ -1112,11 +1189,18 @@ TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     EXPECT_EQ(cmd.find("12345"), std::string::npos);
     redisContext* c = conn_.get();
     rltest::append(c, {"TIME"});
+    rltest::append(c, {"MULTI"});
     redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+    rltest::append(c, {"PEXPIRETIME", l.redis_key});
+    rltest::append(c, {"EXEC"});
     rltest::append(c, {"TIME"});
-    rltest::append(c, {"PTTL", l.redis_key});
-    Reply t0 = rltest::next_reply(c), r = rltest::next_reply(c), t1 = rltest::next_reply(c), ttl = rltest::next_reply(c);
-    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    Reply t0 = rltest::next_reply(c);
+    for (int i = 0; i < 3; i++) ASSERT_TRUE(rltest::next_reply(c));  // OK, QUEUED, QUEUED
+    Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
+    ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 2);
+    const redisReply* r = exec->element[0];
+    const redisReply* exp = exec->element[1];
+    ASSERT_TRUE(r->type == REDIS_REPLY_ARRAY) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
     std::vector<int64_t> values;
     for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
     rl::Decision d;
@@ -1127,8 +1211,9 @@ TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     EXPECT_GE(now, rltest::time_us(t0.get()));
     EXPECT_LE(now, rltest::time_us(t1.get()));
     EXPECT_LT(std::llabs(now - rltest::time_us(t1.get())), kSec);
-    EXPECT_GT(ttl->integer, 0);  // 51 ms set, a little spent
-    EXPECT_LE(ttl->integer, 51);
+    ASSERT_EQ(exp->type, REDIS_REPLY_INTEGER);  // 51 ms, set during the call
+    EXPECT_GE(exp->integer - 51, rltest::time_us(t0.get()) / 1000);
+    EXPECT_LE(exp->integer - 51, rltest::time_us(t1.get()) / 1000);
 
     std::this_thread::sleep_for(std::chrono::milliseconds(120));
     Reply exists = rltest::command(c, {"EXISTS", l.redis_key});
@@ -1149,13 +1234,20 @@ TEST_P(RedisDiff, ProductionBatch) {
               len);
     redisContext* c = conn_.get();
     rltest::append(c, {"TIME"});
+    rltest::append(c, {"MULTI"});  // the hot key's expiry read before it can expire (as above)
     redisAppendFormattedCommand(c, cmd.data(), cmd.size());
-    rltest::append(c, {"TIME"});
-    rltest::append(c, {"PTTL", hot.redis_key});
+    rltest::append(c, {"PEXPIRETIME", hot.redis_key});
     rltest::append(c, {"GET", other.redis_key});
-    Reply t0 = rltest::next_reply(c), r = rltest::next_reply(c), t1 = rltest::next_reply(c), ttl = rltest::next_reply(c),
-          fixed = rltest::next_reply(c);
-    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    rltest::append(c, {"EXEC"});
+    rltest::append(c, {"TIME"});
+    Reply t0 = rltest::next_reply(c);
+    for (int i = 0; i < 4; i++) ASSERT_TRUE(rltest::next_reply(c));  // OK, QUEUED...
+    Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
+    ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 3);
+    const redisReply* r = exec->element[0];
+    const redisReply* exp = exec->element[1];
+    const redisReply* fixed = exec->element[2];
+    ASSERT_TRUE(r->type == REDIS_REPLY_ARRAY) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
     std::vector<int64_t> values;
     for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
     rl::Decision d[6];
@@ -1174,10 +1266,11 @@ TEST_P(RedisDiff, ProductionBatch) {
     EXPECT_EQ(d[4].remaining, 99);  // ...so it reports the state as it stands: one consumed
     EXPECT_FALSE(d[5].allowed);
     EXPECT_EQ(d[5].reset_us, kSec);  // the bucket holds 2 units of 0.5 s
-    EXPECT_GT(ttl->integer, 900);    // TTL of the hot key's last change: 1 s + 1 ms
-    EXPECT_LE(ttl->integer, 1001);
+    ASSERT_EQ(exp->type, REDIS_REPLY_INTEGER);  // TTL of the hot key's last change: 1 s + 1 ms
+    EXPECT_GE(exp->integer - 1001, rltest::time_us(t0.get()) / 1000);
+    EXPECT_LE(exp->integer - 1001, rltest::time_us(t1.get()) / 1000);
     rl::State s;
-    ASSERT_TRUE(stored_state(fixed.get(), s));
+    ASSERT_TRUE(stored_state(fixed, s));
     EXPECT_EQ(s.b, 1);
 }
 
@@ -1690,13 +1783,13 @@ TEST_P(RedisSlots, ExpiryAfterTheHold) {
     Limit l(rltest::policy(rl::Algo::concurrency, 2, 30 * kSec), "exp", rl::KeyHash{1, 2});
     const int64_t t = 1700000000LL * kSec, hold = 30 * kSec;
     ASSERT_TRUE(call({&l}, {1}, false, 7, 100, t)[0].allowed);
+    const int64_t t0_ms = redis_ms();
     rl::Decision d = call({&l}, {1}, false, 7, 101, t + 10)[0];
+    const int64_t t1_ms = redis_ms();
     EXPECT_TRUE(d.allowed);
     EXPECT_EQ(d.remaining, 0);
     EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"7.100", t + hold}, {"7.101", t + 10 + hold}}));
-    Reply ttl = rltest::command(conn_.get(), {"PTTL", l.redis_key});
-    EXPECT_GT(ttl->integer, 29000);
-    EXPECT_LE(ttl->integer, 30001);
+    expect_ttl_set(l.redis_key, 30001, t0_ms, t1_ms);
 
     d = call({&l}, {1}, false, 8, 1, t + hold - 1)[0];  // both still count: full
     EXPECT_FALSE(d.allowed);
@@ -1723,11 +1816,11 @@ TEST_P(RedisSlots, RefreshKeepsASlot) {
     const int64_t t = 1700000000LL * kSec, hold = 30 * kSec;
     ASSERT_TRUE(call({&l}, {1}, false, 5, 9, t)[0].allowed);
     rltest::command(conn_.get(), {"PEXPIRE", l.redis_key, "500000"});  // to see the refresh's TTL
+    const int64_t t0_ms = redis_ms();
     EXPECT_EQ(send_slots(true, l, 5, 9, 1, t + hold / 3 + hold), (std::vector<long long>{0, 1}));
+    const int64_t t1_ms = redis_ms();
     EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"5.9", t + hold / 3 + hold}}));
-    Reply ttl = rltest::command(conn_.get(), {"PTTL", l.redis_key});
-    EXPECT_GT(ttl->integer, 29000);
-    EXPECT_LE(ttl->integer, 30001);
+    expect_ttl_set(l.redis_key, 30001, t0_ms, t1_ms);
     EXPECT_FALSE(call({&l}, {1}, false, 6, 1, t + hold + 1)[0].allowed) << "refreshed: still held";
     EXPECT_TRUE(call({&l}, {1}, false, 6, 2, t + hold / 3 + hold)[0].allowed) << "expired at its new score";
 
