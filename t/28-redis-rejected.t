@@ -23,6 +23,8 @@ my $conf = <<"EOF2";
     ratelimit_redis main 127.0.0.1:$rp;
     ratelimit_zone slow  key=\$arg_k rate=1r/m redis=main;
     ratelimit_zone fast  key=\$arg_k rate=10r/s redis=main;
+    ratelimit_zone again key=\$arg_k rate=30r/m redis=main;
+    ratelimit_zone exact key=\$arg_k requests=60 period=1h burst=59 redis=main;
     ratelimit_zone big   key=\$arg_k requests=5 period=1h burst=4 redis=main;
     ratelimit_redis other 127.0.0.1:$rp;
     ratelimit_zone one   key=\$arg_k requests=1 period=1h redis=other;
@@ -31,6 +33,8 @@ my $conf = <<"EOF2";
         add_header X-Status \$ratelimit_status always;
         location /slow { ratelimit zone=slow; empty_gif; }
         location /fast { ratelimit zone=fast; empty_gif; }
+        location /again { ratelimit zone=again; empty_gif; }
+        location /exact { ratelimit zone=exact; empty_gif; }
         location /cost { ratelimit zone=big quantity=\$arg_q; empty_gif; }
         location /one  { ratelimit zone=one; empty_gif; }
         # Two calls (two ratelimit_redis): one admits, the other rejects: the admitted unit is
@@ -70,6 +74,35 @@ is($st, 429, 'fast: rejected within 100 ms');
 sleep(0.15);
 ($st) = $n->get("/fast?k=$k");
 is($st, 200, 'fast: admitted once the wait passed');
+
+# The zone's hint (whether any key like it has a rejection that holds, read without the lock)
+# passes with the entry, and the next rejection raises it again.
+$k = fresh_key('again');
+$n->get("/again?k=$k");
+($st) = $n->get("/again?k=$k");
+is($st, 429, 'again: rejected (one unit per 2 s)');
+sleep(2.3);
+($st) = $n->get("/again?k=$k");
+is($st, 200, 'again: admitted once the wait passed');
+($st) = $n->get("/again?k=$k");
+is($st, 429, 'again: rejected by Redis again');
+$before = calls();
+@st = map { ($n->get("/again?k=$k"))[0] } 1 .. 10;
+is(scalar(grep { $_ == 429 } @st), 10, 'again: 10 more rejected');
+is(calls(), $before, 'again: ... from memory');
+
+# Exactness across hosts: two hosts (three workers) flooding one key together admit exactly its
+# 60 units, though most rejections are answered from memory (remembered ones only reject what
+# Redis would: units only come back by refunds).
+$k = fresh_key('exact');
+$before = calls();
+my $r = run_clients([$n->port, $m->port], "/exact?k=$k", 12, 40, keepalive => 1);
+is($r->{200} // 0, 60, 'exact: 60 of 480 concurrent requests admitted across two hosts');
+is($r->{429} // 0, 420, 'exact: the other 420 rejected');
+my $spent = calls() - $before;
+cmp_ok($spent, '<', 240, "exact: ... with $spent script calls for 480 requests (rejections remembered)");
+($st, $h) = $m->get("/exact?k=$k");
+like($h->{'ratelimit'} // '', qr/^"exact";r=0;/, 'exact: nothing left, as Redis says');
 
 # Costs: a rejection of a costly request does not reject a cheaper one that fits.
 $k = fresh_key('cost');

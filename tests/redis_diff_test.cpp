@@ -28,6 +28,7 @@
 #include "core/redis_keys.h"
 #include "core/redis_script.h"
 #include "core/refund.h"
+#include "core/settle.h"
 #include "redis_lua_server.h"
 
 namespace rl {
@@ -211,6 +212,9 @@ struct Counts {
     int64_t hot_groups = 0;            // groups with a key that an earlier group of the batch changed
     int64_t delayed = 0;               // allowed decisions with a delay
     int64_t too_late = 0;              // rejected by max_delay while the burst had room
+    int64_t charges = 0;               // settle charges (run_charge)
+    int64_t charged_past = 0;          //   that took only what fitted in the debt
+    int64_t need_one = 0;              // decisions of quantity 0 with settle= (kNeedOne)
 };
 
 // A private redis-server with both variants of the script and of the library loaded; script_
@@ -333,8 +337,8 @@ class RedisLua : public ::testing::Test {
             int64_t ttl_ms = rl::ceil_div(reset_us, 1000) + 1;
             ASSERT_GT(ttl_ms * 1000, reset_us);
             ASSERT_LE(ttl_ms * 1000, reset_us + 2000);
-            ASSERT_GE(ttl_ms, exp->integer - t1_ms) << at << ": TTL shorter than the reset";
-            ASSERT_LE(ttl_ms, exp->integer - t0_ms) << at << ": TTL longer than reset + 2 ms";
+            ASSERT_GE(ttl_ms, exp->integer - t1_ms) << at << ": TTL longer than ceil(reset / 1 ms) + 1 ms";
+            ASSERT_LE(ttl_ms, exp->integer - t0_ms) << at << ": TTL shorter than ceil(reset / 1 ms) + 1 ms";
             counts_.ttl_checked++;
         } else if (written) {
             ASSERT_TRUE(l.is_log() && live_after.empty()) << at << ": a written key is missing";
@@ -349,13 +353,14 @@ class RedisLua : public ::testing::Test {
     // this simulated timeline later; the transaction keeps Redis from expiring them before
     // PERSIST, unless the machine stalls it (see compare_key). The script's reply (integers) goes
     // to out->values; out->exec keeps the rest: element 1 + 3i is key i's expiry, 3 + 3i its state.
+    // more: other keys the call may write (blocks), observed the same way after `keys`, read by GET.
     struct Observed {
         Reply exec;
         std::vector<int64_t> values;
         int64_t t0_ms = 0, t1_ms = 0;
     };
     void observe_call(const std::string& cmd, const std::vector<Limit*>& keys, const std::string& where,
-                      Observed* out) {
+                      Observed* out, const std::vector<std::string>& more = {}) {
         redisContext* c = conn_.get();
         rltest::append(c, {"TIME"});
         rltest::append(c, {"MULTI"});
@@ -365,17 +370,23 @@ class RedisLua : public ::testing::Test {
             rltest::append(c, {"PERSIST", l->redis_key});
             append_state_read(c, *l);
         }
+        for (const std::string& k : more) {
+            rltest::append(c, {"PEXPIRETIME", k});
+            rltest::append(c, {"PERSIST", k});
+            rltest::append(c, {"GET", k});
+        }
+        const size_t observed = keys.size() + more.size();
         rltest::append(c, {"EXEC"});
         rltest::append(c, {"TIME"});
         Reply t0 = rltest::next_reply(c);
-        for (size_t i = 0; i < 2 + 3 * keys.size(); i++) {
+        for (size_t i = 0; i < 2 + 3 * observed; i++) {
             Reply queued = rltest::next_reply(c);  // OK, then QUEUED for each command
             ASSERT_TRUE(queued && queued->type == REDIS_REPLY_STATUS) << where << ": " << c->errstr;
         }
         out->exec = rltest::next_reply(c);
         Reply t1 = rltest::next_reply(c);
         const redisReply* exec = out->exec.get();
-        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * keys.size())
+        ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 1 + 3 * observed)
             << where << ": " << c->errstr;
         const redisReply* reply = exec->element[0];
         ASSERT_EQ(reply->type, REDIS_REPLY_ARRAY) << where << ": " << (reply->type == REDIS_REPLY_ERROR ? reply->str : "");
@@ -476,6 +487,45 @@ class RedisLua : public ::testing::Test {
                 if (costs[i] > 0) lims[i]->admitted.emplace_back(now, costs[i]);
             }
         }
+    }
+
+    // A settle's charge (settle.h) on both sides: rl::charge against the script's charge mode,
+    // then the reply, the key's state and its TTL.
+    void run_charge(Limit& l, int64_t now, int64_t cost, const std::string& where) {
+        const rl::State before = l.key.s;
+        const std::vector<int64_t> live_before = l.live();
+        const rl::Policy debt = rl::debt_policy(l.key.p);
+        rl::Decision want;
+        int64_t charged = rl::charge(l.key.s, l.key.ring.data(), l.key.p, debt, now, cost, &want);
+
+        rl::RedisCheck c;
+        c.zone = l.zone;
+        c.hash = l.hash;
+        c.policy = &debt;
+        c.cost = cost;
+        c.at = rl::debt_shift(l.key.p, debt);
+        size_t len = rl::charge_command(nullptr, script_, true, kPrefix, &c, 1, now);
+        std::string cmd(len, '\0');
+        ASSERT_EQ(rl::charge_command(cmd.data(), script_, true, kPrefix, &c, 1, now), len);
+        Observed obs;
+        observe_call(cmd, {&l}, where, &obs);
+        if (HasFatalFailure()) return;
+        rl::Decision got;
+        int64_t redis_now = -1;
+        const std::string at = where + " charge " + std::to_string(cost) + " (" + std::string(rl::algo_name(l.key.p.algo)) +
+                               " " + std::to_string(l.key.p.requests) + "/" + std::to_string(l.key.p.period_us) +
+                               "us burst " + std::to_string(l.key.p.burst) + ") now " + std::to_string(now);
+        ASSERT_TRUE(rl::decode_decide_reply(obs.values.data(), obs.values.size(), 1, &got, &redis_now)) << at;
+        ASSERT_EQ(got.allowed, charged > 0) << at;
+        ASSERT_EQ(got.remaining, want.remaining) << at;
+        ASSERT_EQ(got.reset_us, want.reset_us) << at;
+        ASSERT_EQ(got.retry_after_us, want.retry_after_us) << at;
+        bool written = l.is_log() ? l.live() != live_before : !(l.key.s == before);
+        compare_key(l, obs.exec->element[1], obs.exec->element[3], written, want.reset_us, obs.t0_ms, obs.t1_ms, at);
+        if (HasFatalFailure()) return;
+        counts_.charges++;
+        counts_.charged_past += charged > 0 && charged < cost;
+        if (charged > 0) l.admitted.emplace_back(now, charged);
     }
 
     // One batch on both sides: the C++ applies the groups one after the other (each group is
@@ -671,19 +721,20 @@ class RedisLua : public ::testing::Test {
         std::printf("%s)\n", line.c_str());
     }
 
-    // `cmd`, then PERSIST of each of `keys`, in one transaction: EXEC's reply (the command's
-    // first), or null.
-    Reply call_persisting(const std::string& cmd, const std::vector<std::string>& keys) {
-        redisContext* c = conn_.get();
-        rltest::append(c, {"MULTI"});
-        redisAppendFormattedCommand(c, cmd.data(), cmd.size());
-        for (const std::string& k : keys) rltest::append(c, {"PERSIST", k});
-        for (size_t i = 0; i < 2 + keys.size(); i++) {
-            Reply queued = rltest::next_reply(c);  // OK, then QUEUED for each command
-            if (!queued || queued->type != REDIS_REPLY_STATUS) return nullptr;
-        }
-        rltest::append(c, {"EXEC"});
-        return rltest::next_reply(c);
+    // Redis's clock, in ms: brackets a call whose TTLs a test checks.
+    int64_t redis_ms() {
+        Reply r = rltest::command(conn_.get(), {"TIME"});
+        return r && r->type == REDIS_REPLY_ARRAY ? rltest::time_us(r.get()) / 1000 : -1;
+    }
+
+    // That `key`'s expiry was set to ttl_ms from a time within [t0_ms, t1_ms] (Redis's clock):
+    // exact, however long the machine stalls after the call (a PTTL read later is not).
+    void expect_ttl_set(const std::string& key, int64_t ttl_ms, int64_t t0_ms, int64_t t1_ms) {
+        Reply exp = rltest::command(conn_.get(), {"PEXPIRETIME", key});
+        ASSERT_TRUE(exp && exp->type == REDIS_REPLY_INTEGER);
+        ASSERT_GT(t0_ms, 0);
+        EXPECT_GE(exp->integer - ttl_ms, t0_ms) << key << ": TTL shorter than " << ttl_ms << " ms";
+        EXPECT_LE(exp->integer - ttl_ms, t1_ms) << key << ": TTL longer than " << ttl_ms << " ms";
     }
 
     // Sends one command as the writers of redis_command.h made it; its reply.
@@ -928,16 +979,59 @@ TEST_P(RedisDiff, Batches) {
     EXPECT_GT(counts_.ttl_checked, 1000);
 }
 
+// settle= (settle.h): timelines of decisions (some of quantity 0, kNeedOne), charges past the
+// limit, and refunds of part of a cost, against the C++: every reply, state and TTL.
+TEST_P(RedisDiff, SettleTimelines) {
+    std::mt19937_64 rng(113);
+    const rl::Algo kAlgos[] = {rl::Algo::gcra, rl::Algo::token, rl::Algo::leaky,
+                               rl::Algo::fixed, rl::Algo::sliding, rl::Algo::log};
+    for (int round = 0; round < 120; round++) {
+        rl::Algo algo = kAlgos[round % 6];
+        Limit l(random_policy(rng, algo), "s" + std::to_string(round), random_hash(rng));
+        int64_t t = 1600000000LL * kSec + static_cast<int64_t>(rng() % (1000 * kSec));
+        for (int e = 0; e < 60; e++) {
+            t += time_step(rng, l.key.p);
+            std::string where = "settle round " + std::to_string(round) + " event " + std::to_string(e);
+            uint64_t what = rng() % 20;
+            if (what < 6) {
+                int64_t cap = l.key.p.capacity();
+                int64_t cost = rng() % 3 == 0 ? 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(3 * cap + 2))
+                                              : 1 + static_cast<int64_t>(rng() % 4);
+                run_charge(l, t, cost, where);
+            } else if (what < 9) {
+                int64_t at, cost;
+                pick_refund(rng, l, t, at, cost);
+                run_call({&l}, t, {cost}, {at}, where);
+            } else if (what < 13) {
+                run_call({&l}, t, {rl::kNeedOne}, {}, where);
+                counts_.need_one++;
+            } else {
+                run_call({&l}, t, {random_cost(rng, l.key.p)}, {}, where);
+            }
+            if (HasFatalFailure()) return;
+        }
+    }
+    std::printf("settle timelines: %lld charges (%lld partly past the debt), %lld of quantity 0, %lld refunds\n",
+                static_cast<long long>(counts_.charges), static_cast<long long>(counts_.charged_past),
+                static_cast<long long>(counts_.need_one), static_cast<long long>(counts_.refunds));
+    EXPECT_GT(counts_.charges, 1500);
+    EXPECT_GT(counts_.charged_past, 100) << "charges must reach the debt's end";
+    EXPECT_GT(counts_.rejected, 500) << "the debt must reject later requests";
+    for (rl::Algo a : kAlgos) EXPECT_GT(counts_.decisions[a], 300) << rl::algo_name(a);
+}
+
 // After a SCRIPT FLUSH, EVALSHA fails with NOSCRIPT (the client then sends EVAL), EVAL works,
 // and loads the script again for EVALSHA.
 // Block after abuse (block.h): groups of 1 or 2 checks with block_us, against the C++ of the
 // shared-memory pass (decide_blocking per check, then all or nothing): a live block rejects
 // with its time left and changes nothing, a check that rejects by itself starts its block,
 // another check's rejection does not; time steps land before, on and after a block's end.
+// After every call, as in run_call: the states and their TTLs, and each check's block key (its
+// end, and the TTL of a block just started).
 TEST_P(RedisDiff, BlockTimelines) {
     std::mt19937_64 rng(109);
     static const int64_t kBlocks[] = {kSec, 7 * kSec, 60 * kSec, 3600 * kSec};
-    int64_t live = 0, started = 0, ended = 0, bystander = 0, calls = 0;
+    int64_t live = 0, started = 0, ended = 0, bystander = 0, calls = 0, block_ttls = 0;
     for (int round = 0; round < 150; round++) {
         size_t n = 1 + rng() % 2;
         std::vector<std::unique_ptr<Limit>> owned;
@@ -963,6 +1057,12 @@ TEST_P(RedisDiff, BlockTimelines) {
             for (size_t i = 0; i < n; i++) costs[i] = random_cost(rng, lims[i]->key.p);
 
             // The C++ side.
+            std::vector<rl::State> before(n);
+            std::vector<std::vector<int64_t>> live_before(n);
+            for (size_t i = 0; i < n; i++) {
+                before[i] = lims[i]->key.s;
+                live_before[i] = lims[i]->live();
+            }
             std::vector<rl::Decision> want(n);
             bool all = true;
             for (size_t i = 0; i < n; i++) {
@@ -987,34 +1087,72 @@ TEST_P(RedisDiff, BlockTimelines) {
                 started += want[i].block == rl::kBlockStarted;
             }
 
-            // Redis: the call, then PERSIST of every key and block the timeline keeps, in one
-            // transaction (as observe_call: real time must not expire the keys of a simulated one).
-            std::vector<std::string> keys;
-            for (Limit* l : lims) keys.insert(keys.end(), {l->redis_key, l->redis_key + ":block"});
-            Reply x = call_persisting(build(false, script_, true, t, checks_of(lims, costs, {})), keys);
-            ASSERT_TRUE(x && x->type == REDIS_REPLY_ARRAY && x->elements == 1 + keys.size()) << where;
-            const redisReply* r = x->element[0];
-            ASSERT_TRUE(r->type == REDIS_REPLY_ARRAY) << where << (r->type == REDIS_REPLY_ERROR ? r->str : "");
-            std::vector<int64_t> values(r->elements);
-            for (size_t j = 0; j < r->elements; j++) values[j] = r->element[j]->integer;
+            // Redis, observed (and its keys made persistent, so that none expires in real time
+            // before the next event: the timeline's clock is the injected one) with the block
+            // keys, those of checks without block_us too.
+            std::vector<std::string> blocks;
+            for (Limit* l : lims) blocks.push_back(l->redis_key + ":block");
+            Observed obs;
+            observe_call(build(false, script_, true, t, checks_of(lims, costs, {})), lims, where, &obs, blocks);
+            if (HasFatalFailure()) return;
             std::vector<rl::Decision> got(n);
-            ASSERT_TRUE(rl::decode_decide_reply(values.data(), values.size(), n, got.data(), nullptr)) << where;
+            ASSERT_TRUE(rl::decode_decide_reply(obs.values.data(), obs.values.size(), n, got.data(), nullptr)) << where;
+            const redisReply* exec = obs.exec.get();
             for (size_t i = 0; i < n; i++) {
-                std::string at = where + " check " + std::to_string(i);
+                Limit& l = *lims[i];
+                const std::string at = where + " check " + std::to_string(i) + " (" + std::string(rl::algo_name(l.key.p.algo)) +
+                                       " " + std::to_string(l.key.p.requests) + "/" + std::to_string(l.key.p.period_us) +
+                                       "us burst " + std::to_string(l.key.p.burst) + " block " +
+                                       std::to_string(l.key.p.block_us) + "us) cost " + std::to_string(costs[i]) +
+                                       " now " + std::to_string(t);
                 ASSERT_EQ(got[i].allowed, want[i].allowed) << at;
                 ASSERT_EQ(int(got[i].block), int(want[i].block)) << at;
                 ASSERT_EQ(got[i].remaining, want[i].remaining) << at;
                 ASSERT_EQ(got[i].reset_us, want[i].reset_us) << at;
                 ASSERT_EQ(got[i].retry_after_us, want[i].retry_after_us) << at;
                 ASSERT_EQ(got[i].delay_us, want[i].delay_us) << at;
+
+                bool written = all && (l.is_log() ? l.live() != live_before[i] : !(l.key.s == before[i]));
+                compare_key(l, exec->element[1 + 3 * i], exec->element[3 + 3 * i], written, want[i].reset_us,
+                            obs.t0_ms, obs.t1_ms, at);
+                if (HasFatalFailure()) return;
+
+                // The block key: the end C++ holds for a live block; a TTL only on a block just
+                // started (block_ms + 1, set within the call); none at all without block_us.
+                const redisReply* bexp = exec->element[1 + 3 * (n + i)];
+                const redisReply* bval = exec->element[3 + 3 * (n + i)];
+                ASSERT_EQ(bexp->type, REDIS_REPLY_INTEGER) << at;
+                if (l.key.p.block_us == 0) {
+                    ASSERT_EQ(bexp->integer, -2) << at << ": a block key without block_us";
+                    continue;
+                }
+                if (until[i] != 0) {
+                    ASSERT_EQ(bval->type, REDIS_REPLY_STRING) << at << ": a live block without its key";
+                    ASSERT_EQ(std::string(bval->str, bval->len), std::to_string(until[i])) << at;
+                } else if (bval->type != REDIS_REPLY_NIL) {
+                    ASSERT_EQ(bval->type, REDIS_REPLY_STRING) << at;
+                    ASSERT_LE(std::atoll(bval->str), t) << at << ": Redis holds a live block C++ does not";
+                }
+                if (want[i].block == rl::kBlockStarted) {
+                    const int64_t ttl_ms = rl::ceil_div(l.key.p.block_us, 1000) + 1;
+                    ASSERT_GE(ttl_ms, bexp->integer - obs.t1_ms) << at << ": block TTL longer than block_ms + 1 ms";
+                    ASSERT_LE(ttl_ms, bexp->integer - obs.t0_ms) << at << ": block TTL shorter than block_ms + 1 ms";
+                    block_ttls++;
+                } else {
+                    ASSERT_LT(bexp->integer, 0) << at << ": a block TTL set without a block starting";
+                }
             }
             calls++;
         }
     }
-    std::printf("block timelines: %lld calls, %lld blocked, %lld blocks started, %lld ended, %lld bystanders\n",
+    std::printf("block timelines: %lld calls, %lld blocked, %lld blocks started (%lld block TTLs checked), %lld ended, "
+                "%lld bystanders; %lld state TTLs checked, %lld keys expired in real time\n",
                 static_cast<long long>(calls), static_cast<long long>(live), static_cast<long long>(started),
-                static_cast<long long>(ended), static_cast<long long>(bystander));
+                static_cast<long long>(block_ttls), static_cast<long long>(ended), static_cast<long long>(bystander),
+                static_cast<long long>(counts_.ttl_checked), static_cast<long long>(counts_.expired_in_real_time));
     EXPECT_EQ(calls, 150 * 60);
+    EXPECT_EQ(block_ttls, started);
+    EXPECT_GT(counts_.ttl_checked, 1000);
     EXPECT_GT(live, 1000);
     EXPECT_GT(started, 100);
     EXPECT_GT(ended, 100);
@@ -1022,7 +1160,9 @@ TEST_P(RedisDiff, BlockTimelines) {
 }
 
 TEST_F(RedisLua, NoscriptAfterFlushThenEval) {
-    Limit l(rltest::policy(rl::Algo::gcra, 10, kSec, 2), "ns", rl::KeyHash{1, 2});
+    // 10 per hour: the state written by EVAL lives 6 minutes in real time, beyond any stall
+    // before EVALSHA reads it.
+    Limit l(rltest::policy(rl::Algo::gcra, 10, 3600 * kSec, 2), "ns", rl::KeyHash{1, 2});
     const int64_t now = 1700000000LL * kSec;
     std::vector<rl::RedisCheck> checks = checks_of({&l}, {1}, {});
     flush_then_expect_error("SCRIPT", build(false, rl::CommandScript::evalsha, true, now, checks), "NOSCRIPT");
@@ -1040,7 +1180,8 @@ TEST_F(RedisLua, NoscriptAfterFlushThenEval) {
 }
 
 // The production variant reads Redis's clock: its now lies between the TIME before and after.
-// The ARGV now is ignored. Its key then expires by itself once idle.
+// The ARGV now is ignored. Its key then expires by itself once idle. Its expiry is read in the
+// call's transaction: the 51 ms key cannot expire before, however the machine stalls.
 TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     Limit l(rltest::policy(rl::Algo::gcra, 20, kSec), "prod", rl::KeyHash{3, 4});
     // Production: the Lua's production variant; the now passed is not sent.
@@ -1048,11 +1189,18 @@ TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     EXPECT_EQ(cmd.find("12345"), std::string::npos);
     redisContext* c = conn_.get();
     rltest::append(c, {"TIME"});
+    rltest::append(c, {"MULTI"});
     redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+    rltest::append(c, {"PEXPIRETIME", l.redis_key});
+    rltest::append(c, {"EXEC"});
     rltest::append(c, {"TIME"});
-    rltest::append(c, {"PTTL", l.redis_key});
-    Reply t0 = rltest::next_reply(c), r = rltest::next_reply(c), t1 = rltest::next_reply(c), ttl = rltest::next_reply(c);
-    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    Reply t0 = rltest::next_reply(c);
+    for (int i = 0; i < 3; i++) ASSERT_TRUE(rltest::next_reply(c));  // OK, QUEUED, QUEUED
+    Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
+    ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 2);
+    const redisReply* r = exec->element[0];
+    const redisReply* exp = exec->element[1];
+    ASSERT_TRUE(r->type == REDIS_REPLY_ARRAY) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
     std::vector<int64_t> values;
     for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
     rl::Decision d;
@@ -1063,8 +1211,9 @@ TEST_P(RedisDiff, ProductionVariantUsesRedisTime) {
     EXPECT_GE(now, rltest::time_us(t0.get()));
     EXPECT_LE(now, rltest::time_us(t1.get()));
     EXPECT_LT(std::llabs(now - rltest::time_us(t1.get())), kSec);
-    EXPECT_GT(ttl->integer, 0);  // 51 ms set, a little spent
-    EXPECT_LE(ttl->integer, 51);
+    ASSERT_EQ(exp->type, REDIS_REPLY_INTEGER);  // 51 ms, set during the call
+    EXPECT_GE(exp->integer - 51, rltest::time_us(t0.get()) / 1000);
+    EXPECT_LE(exp->integer - 51, rltest::time_us(t1.get()) / 1000);
 
     std::this_thread::sleep_for(std::chrono::milliseconds(120));
     Reply exists = rltest::command(c, {"EXISTS", l.redis_key});
@@ -1085,13 +1234,20 @@ TEST_P(RedisDiff, ProductionBatch) {
               len);
     redisContext* c = conn_.get();
     rltest::append(c, {"TIME"});
+    rltest::append(c, {"MULTI"});  // the hot key's expiry read before it can expire (as above)
     redisAppendFormattedCommand(c, cmd.data(), cmd.size());
-    rltest::append(c, {"TIME"});
-    rltest::append(c, {"PTTL", hot.redis_key});
+    rltest::append(c, {"PEXPIRETIME", hot.redis_key});
     rltest::append(c, {"GET", other.redis_key});
-    Reply t0 = rltest::next_reply(c), r = rltest::next_reply(c), t1 = rltest::next_reply(c), ttl = rltest::next_reply(c),
-          fixed = rltest::next_reply(c);
-    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    rltest::append(c, {"EXEC"});
+    rltest::append(c, {"TIME"});
+    Reply t0 = rltest::next_reply(c);
+    for (int i = 0; i < 4; i++) ASSERT_TRUE(rltest::next_reply(c));  // OK, QUEUED...
+    Reply exec = rltest::next_reply(c), t1 = rltest::next_reply(c);
+    ASSERT_TRUE(exec && exec->type == REDIS_REPLY_ARRAY && exec->elements == 3);
+    const redisReply* r = exec->element[0];
+    const redisReply* exp = exec->element[1];
+    const redisReply* fixed = exec->element[2];
+    ASSERT_TRUE(r->type == REDIS_REPLY_ARRAY) << (r->type == REDIS_REPLY_ERROR ? r->str : "");
     std::vector<int64_t> values;
     for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
     rl::Decision d[6];
@@ -1110,10 +1266,11 @@ TEST_P(RedisDiff, ProductionBatch) {
     EXPECT_EQ(d[4].remaining, 99);  // ...so it reports the state as it stands: one consumed
     EXPECT_FALSE(d[5].allowed);
     EXPECT_EQ(d[5].reset_us, kSec);  // the bucket holds 2 units of 0.5 s
-    EXPECT_GT(ttl->integer, 900);    // TTL of the hot key's last change: 1 s + 1 ms
-    EXPECT_LE(ttl->integer, 1001);
+    ASSERT_EQ(exp->type, REDIS_REPLY_INTEGER);  // TTL of the hot key's last change: 1 s + 1 ms
+    EXPECT_GE(exp->integer - 1001, rltest::time_us(t0.get()) / 1000);
+    EXPECT_LE(exp->integer - 1001, rltest::time_us(t1.get()) / 1000);
     rl::State s;
-    ASSERT_TRUE(stored_state(fixed.get(), s));
+    ASSERT_TRUE(stored_state(fixed, s));
     EXPECT_EQ(s.b, 1);
 }
 
@@ -1133,12 +1290,13 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
         {"1", "k", "decide", "1"},                                            // too few ARGV
         {"1", "k", "decide", "1", ok, "x"},                                   // too many
         {"1", "k", "judge", "1", ok},                                         // mode
+        {"1", "k", "charges", "1", ok},                                       // mode
         {"1", "k", "decide", "x", ok},                                        // now
         {"1", "k", "decide", "1", doubles({1, 9, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},    // algo
         {"1", "k", "decide", "1", doubles({1, 0.5, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},  // algo
         {"1", "k", "decide", "1", doubles({1, 0, 0, 1, 0, 1, 1, 1, 1, 1, 0, -1, -1, 0})},    // requests
         {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, -1, -1, 0})},    // refill
-        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1, 0})},   // cost
+        {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -2, 0, -1, -1, 0})},   // cost (-1: kNeedOne)
         {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, nan, 0, -1, -1, 0})},  // cost
         {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -2, -1, 0})},  // delay_level
         {"1", "k", "decide", "1", doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, -1, nan, 0})},  // max_delay_units
@@ -1165,7 +1323,7 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
 
     // A batch whose second group is bad writes nothing, not even the first group's log.
     const std::string log_check = doubles({1, 5, 10, 1000000, 0, 1, 100000, 10, 1000000, 1, 0, -1, -1, 0});
-    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -1, 0, -1, -1, 0});
+    const std::string bad_check = doubles({1, 0, 1, 1, 0, 1, 1, 1, 1, -2, 0, -1, -1, 0});
     Reply r = call({"2", "lg", "k3", "decide", "1700000000000000", log_check + bad_check});
     ASSERT_TRUE(r);
     EXPECT_EQ(r->type, REDIS_REPLY_ERROR);
@@ -1625,13 +1783,13 @@ TEST_P(RedisSlots, ExpiryAfterTheHold) {
     Limit l(rltest::policy(rl::Algo::concurrency, 2, 30 * kSec), "exp", rl::KeyHash{1, 2});
     const int64_t t = 1700000000LL * kSec, hold = 30 * kSec;
     ASSERT_TRUE(call({&l}, {1}, false, 7, 100, t)[0].allowed);
+    const int64_t t0_ms = redis_ms();
     rl::Decision d = call({&l}, {1}, false, 7, 101, t + 10)[0];
+    const int64_t t1_ms = redis_ms();
     EXPECT_TRUE(d.allowed);
     EXPECT_EQ(d.remaining, 0);
     EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"7.100", t + hold}, {"7.101", t + 10 + hold}}));
-    Reply ttl = rltest::command(conn_.get(), {"PTTL", l.redis_key});
-    EXPECT_GT(ttl->integer, 29000);
-    EXPECT_LE(ttl->integer, 30001);
+    expect_ttl_set(l.redis_key, 30001, t0_ms, t1_ms);
 
     d = call({&l}, {1}, false, 8, 1, t + hold - 1)[0];  // both still count: full
     EXPECT_FALSE(d.allowed);
@@ -1658,11 +1816,11 @@ TEST_P(RedisSlots, RefreshKeepsASlot) {
     const int64_t t = 1700000000LL * kSec, hold = 30 * kSec;
     ASSERT_TRUE(call({&l}, {1}, false, 5, 9, t)[0].allowed);
     rltest::command(conn_.get(), {"PEXPIRE", l.redis_key, "500000"});  // to see the refresh's TTL
+    const int64_t t0_ms = redis_ms();
     EXPECT_EQ(send_slots(true, l, 5, 9, 1, t + hold / 3 + hold), (std::vector<long long>{0, 1}));
+    const int64_t t1_ms = redis_ms();
     EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"5.9", t + hold / 3 + hold}}));
-    Reply ttl = rltest::command(conn_.get(), {"PTTL", l.redis_key});
-    EXPECT_GT(ttl->integer, 29000);
-    EXPECT_LE(ttl->integer, 30001);
+    expect_ttl_set(l.redis_key, 30001, t0_ms, t1_ms);
     EXPECT_FALSE(call({&l}, {1}, false, 6, 1, t + hold + 1)[0].allowed) << "refreshed: still held";
     EXPECT_TRUE(call({&l}, {1}, false, 6, 2, t + hold / 3 + hold)[0].allowed) << "expired at its new score";
 

@@ -108,3 +108,43 @@ TEST(Rejected, AnEntryPerEpoch) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(RejectedHints, RaisedByEntriesAndClearedOnlyOncePassed) {
+    int64_t hint = 0;
+    EXPECT_FALSE(rl::hint_may_hold(hint, 1));  // nothing remembered: no lookup
+    rl::State late = rl::remember_rejection(rejection(5000, 5000), 1000, 1);  // holds until 6000
+    rl::State early = rl::remember_rejection(rejection(1000, 1000), 2000, 1);  // until 3000
+    hint = rl::raised_hint(hint, late);
+    hint = rl::raised_hint(hint, early);  // an earlier end does not lower it
+    EXPECT_EQ(hint, 6000);
+    rl::Decision d;
+    for (int64_t now : {2000, 2999, 5999}) {  // every instant an entry holds, the hint says it may
+        bool held = rl::cached_rejection(late, gcra(1, 1000000), now, 1, &d) ||
+                    rl::cached_rejection(early, gcra(1, 1000000), now, 1, &d);
+        EXPECT_TRUE(held);
+        EXPECT_TRUE(rl::hint_may_hold(hint, now)) << now;
+    }
+    EXPECT_FALSE(rl::cached_rejection(late, gcra(1, 1000000), 6000, 1, &d));
+    EXPECT_FALSE(rl::hint_may_hold(hint, 6000));  // passed with the last entry
+}
+
+TEST(RejectedHints, SpreadOverTheTableAndZeroedWhenLaidOut) {
+    std::vector<char> mem(64 * 1024, 'x');
+    rl::TableHeader* t = rl::table_format(mem.data(), mem.size(), rl::slot_size_for(0), 12345);
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(sizeof(t->hints) / sizeof(t->hints[0]), rl::kRejectionHints);
+    for (int64_t h : t->hints) EXPECT_EQ(h, 0);
+    std::vector<int> seen(rl::kRejectionHints);
+    uint64_t x = 0x243f6a8885a308d3ULL;
+    for (int i = 0; i < 1600; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        size_t h = rl::rejection_hint(rl::KeyHash{x, x * 0x9e3779b97f4a7c15ULL});
+        ASSERT_LT(h, rl::kRejectionHints);
+        seen[h]++;
+    }
+    for (int n : seen) EXPECT_GT(n, 50);  // ~100 each: a flooded key leaves most keys lock-free
+}
+
+}  // namespace

@@ -133,8 +133,8 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
                       k.s)
                 << at;
             if (exp->integer == -2) continue;
-            ASSERT_GE(ttl_ms, exp->integer - t1) << at << ": TTL shorter than the reset";
-            ASSERT_LE(ttl_ms, exp->integer - t0) << at << ": TTL longer than reset + 2 ms";
+            ASSERT_GE(ttl_ms, exp->integer - t1) << at << ": TTL longer than ceil(reset / 1 ms) + 1 ms";
+            ASSERT_LE(ttl_ms, exp->integer - t0) << at << ": TTL shorter than ceil(reset / 1 ms) + 1 ms";
         }
     }
 
@@ -231,14 +231,22 @@ TEST_P(SyncDiff, Timelines) {
 
 namespace {
 
-// The heartbeat: each host's latest time; hosts silent for a window are dropped.
+// Redis's clock, in ms.
+int64_t redis_ms(redisContext* c) {
+    Reply r = rltest::command(c, {"TIME"});
+    return r && r->type == REDIS_REPLY_ARRAY ? rltest::time_us(r.get()) / 1000 : -1;
+}
+
+// The heartbeat: each host's latest time; hosts silent for a window are dropped. A window of a
+// minute: the key (two windows) lives on between the beats in real time, however slow the machine.
 TEST_P(SyncDiff, HostsHeartbeat) {
     redisContext* c = conn_.get();
+    const int64_t window = 60 * kSec;
     auto beat = [&](std::string_view host, int64_t now) -> int64_t {
         rl::CommandScript script = GetParam();
-        size_t len = rl::hosts_command_len(script, true, kPrefix, "api", host, kSec, now);
+        size_t len = rl::hosts_command_len(script, true, kPrefix, "api", host, window, now);
         std::string cmd(len, '?');
-        EXPECT_EQ(rl::write_hosts_command(cmd.data(), script, true, kPrefix, "api", host, kSec, now), len);
+        EXPECT_EQ(rl::write_hosts_command(cmd.data(), script, true, kPrefix, "api", host, window, now), len);
         redisAppendFormattedCommand(c, cmd.data(), cmd.size());
         Reply r = rltest::next_reply(c);
         EXPECT_TRUE(r && r->type == REDIS_REPLY_INTEGER) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
@@ -246,19 +254,24 @@ TEST_P(SyncDiff, HostsHeartbeat) {
     };
     EXPECT_EQ(beat("host-a", kT0), 1);
     EXPECT_EQ(beat("host-b", kT0 + 1000), 2);
-    EXPECT_EQ(beat("host-a", kT0 + 500000), 2);      // again: still two
-    EXPECT_EQ(beat("host-b", kT0 + kSec + 400000), 2);  // a's last beat is 0.9 s old: kept
-    EXPECT_EQ(beat("host-b", kT0 + kSec + 600000), 1);  // now 1.1 s: dropped
-    Reply ttl = rltest::command(c, {"PTTL", std::string(kPrefix) + "{api}:hosts"});
-    ASSERT_TRUE(ttl && ttl->type == REDIS_REPLY_INTEGER);
-    EXPECT_GT(ttl->integer, 1000);  // two windows
-    EXPECT_LE(ttl->integer, 2002);
+    EXPECT_EQ(beat("host-a", kT0 + 30 * kSec), 2);  // again: still two
+    EXPECT_EQ(beat("host-b", kT0 + window + 29 * kSec), 2);  // a's last beat is 59 s old: kept
+    EXPECT_EQ(beat("host-b", kT0 + window + 30 * kSec), 2);  // 60 s: kept
+    const int64_t t0 = redis_ms(c);
+    EXPECT_EQ(beat("host-b", kT0 + window + 30 * kSec + 1), 1);  // 60 s and 1 us: dropped
+    const int64_t t1 = redis_ms(c);
+    // Two windows and a millisecond, set during the last beat (PEXPIRETIME: exact after any stall).
+    Reply exp = rltest::command(c, {"PEXPIRETIME", std::string(kPrefix) + "{api}:hosts"});
+    ASSERT_TRUE(exp && exp->type == REDIS_REPLY_INTEGER);
+    EXPECT_GE(exp->integer - 120001, t0);
+    EXPECT_LE(exp->integer - 120001, t1);
 }
 
 // A call sent again with the id of one that ran (its reply was lost) gets the same reply and
 // changes nothing: the delta, the grant and the give-back are applied once. A new id applies.
 TEST_P(SyncDiff, CallIdAppliedOnce) {
-    rl::Policy p = rltest::policy(rl::Algo::gcra, 10, kSec, 4);
+    // 10 per hour: the state outlives in real time any stall between the calls.
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 10, 3600 * kSec, 4);
     rl::SyncItem it;
     it.zone = "once";
     it.hash = rl::KeyHash{5, 6};
@@ -286,7 +299,9 @@ TEST_P(SyncDiff, CallIdAppliedOnce) {
         Reply r = rltest::command(c, {"GET", key});
         return r && r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
     };
+    const int64_t t0 = redis_ms(c);
     std::vector<int64_t> first = send(kT0, "host-a:1:1");
+    const int64_t t1 = redis_ms(c);
     ASSERT_EQ(first.size(), rl::sync_reply_len(1));
     rl::SyncResult want = rl::sync_key(rl::State{}, it, kT0);
     EXPECT_EQ(first[0], kT0);
@@ -294,10 +309,10 @@ TEST_P(SyncDiff, CallIdAppliedOnce) {
     EXPECT_EQ(first[4], 2);  // granted: want 2, need 1 in it
     EXPECT_EQ(want.granted, 2);
     std::string after = state();
-    Reply ttl = rltest::command(c, {"PTTL", key + ":call:host-a:1:1"});
-    ASSERT_TRUE(ttl && ttl->type == REDIS_REPLY_INTEGER);
-    EXPECT_GT(ttl->integer, rl::kSyncCallMemoryMs - 2000);
-    EXPECT_LE(ttl->integer, rl::kSyncCallMemoryMs);
+    Reply exp = rltest::command(c, {"PEXPIRETIME", key + ":call:host-a:1:1"});  // set during the call
+    ASSERT_TRUE(exp && exp->type == REDIS_REPLY_INTEGER);
+    EXPECT_GE(exp->integer - rl::kSyncCallMemoryMs, t0);
+    EXPECT_LE(exp->integer - rl::kSyncCallMemoryMs, t1);
     // Sent again later (its reply was lost): the same reply, the state untouched.
     EXPECT_EQ(send(kT0 + 3 * kSec, "host-a:1:1"), first);
     EXPECT_EQ(state(), after);

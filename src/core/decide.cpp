@@ -1,10 +1,16 @@
 #include "decide.h"
 
 #include "concurrency.h"
+#include "settle.h"
 
 namespace rl {
 
 Decision decide(const State& s, const Policy& p, int64_t now, int64_t cost, const int64_t* ring) {
+    if (cost == kNeedOne) {
+        // settle= with quantity 0: the verdict of one unit, the report of none.
+        Decision one = decide(s, p, now, 1, ring);
+        return one.allowed ? decide(s, p, now, 0, ring) : one;
+    }
     switch (p.algo) {
         case Algo::gcra: return decide_gcra(s, p, now, cost);
         case Algo::token: return decide_token(s, p, now, cost);

@@ -1,8 +1,9 @@
 // decide(state, policy, now, cost) -> Decision: pure functions, time injected by the caller.
 //
 // Time is integer microseconds on any clock the caller keeps (a clock that goes backwards
-// never admits extra requests). `cost` >= 0; cost 0 only reports. A rejected request
-// consumes nothing. The policy must have been through finish_policy().
+// never admits extra requests). `cost` >= 0; cost 0 only reports; kNeedOne (settle.h): the
+// verdict of cost 1, the report of cost 0. A rejected request consumes nothing. The policy
+// must have been through finish_policy().
 #pragma once
 #include <cstdint>
 #include "decision.h"

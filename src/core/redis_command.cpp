@@ -8,6 +8,7 @@
 #include "redis_keys.h"
 #include "redis_script.h"
 #include "resp_writer.h"
+#include "settle.h"
 #include "sha1.h"
 
 namespace rl {
@@ -33,7 +34,10 @@ void script_call_head(Resp& r, CommandScript script, bool injected_time, size_t 
 
 namespace {
 
-int64_t clamp_cost(int64_t cost) { return cost < 0 ? 0 : (cost > kExact ? kExact : cost); }
+int64_t clamp_cost(int64_t cost) {
+    if (cost == kNeedOne) return cost;
+    return cost < 0 ? 0 : (cost > kExact ? kExact : cost);
+}
 
 size_t total_checks(const RedisGroup* groups, size_t ngroups) {
     size_t n = 0;
@@ -196,6 +200,14 @@ size_t write_refund_command(char* buf, CommandScript script, bool injected_time,
                             const RedisCheck* checks, size_t n, int64_t now_us) noexcept {
     const RedisGroup g{checks, n};
     return script_command(buf, "refund", script, injected_time, prefix, &g, 1, now_us);
+}
+
+size_t charge_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                      const RedisCheck* checks, size_t n, int64_t now_us) noexcept {
+    RedisGroup groups[kMaxChargeChecks];
+    if (n > kMaxChargeChecks) n = kMaxChargeChecks;
+    for (size_t i = 0; i < n; i++) groups[i] = RedisGroup{checks + i, 1};
+    return script_command(buf, "charge", script, injected_time, prefix, groups, n, now_us);
 }
 
 size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, size_t n, CommandScript script) noexcept {

@@ -8,7 +8,7 @@
 //   EVALSHA <sha1> <nkeys> KEYS[1..nkeys] ARGV[1..3]   (or EVAL <script text> ..., after NOSCRIPT)
 //   KEYS     = redis_key(prefix, zone, hash, policy.algo) of every check, the groups' checks
 //              back to back (one prefix per call); the keys of one group are distinct
-//   ARGV[1]  = "decide" | "refund"
+//   ARGV[1]  = "decide" | "refund" | "charge"
 //   ARGV[2]  = now in microseconds (decimal) for the test variant; "0", and ignored, in production
 //   ARGV[3]  = the checks, binary: little-endian IEEE-754 doubles (every value an integer below
 //              2^52, so exact); per group its number of checks n, then n records of 13 (104 bytes)
@@ -58,6 +58,14 @@
 // rejected). Used when one request's checks went to several calls (Redis Cluster nodes) and
 // another call rejected; sent as one group.
 //
+// charge (settle.h): each check is a group of its own, decided as `decide` does on the debt
+// policy it carries (never blocked: block_us 0), and when it is rejected with room for fewer
+// units, decided again with what fits; its `at` is the debt_shift added to a token bucket's
+// tokens while it is read. The reply is a decide call's.
+//
+// A cost of -1 (kNeedOne, settle.h) is decided as one unit and, when allowed, reported as a
+// cost-0 request (and consumes nothing).
+//
 // Storage: the gcra, token, leaky, sliding and fixed states are a string of three little-endian
 // doubles (a, b, c of rl::State: 24 bytes), read with GET and written with SET ... PX; the log
 // is a list of decimal timestamps. A hash {a, b, c} left by an earlier
@@ -92,7 +100,7 @@ struct RedisCheck {
     std::string_view zone;            // zone name (no braces)
     KeyHash hash;                     // the limit key's hash
     const Policy* policy = nullptr;   // finished; never null
-    int64_t cost = 0;                 // clamped to [0, kExact]: beyond any capacity either way
+    int64_t cost = 0;                 // clamped to [0, kExact] (beyond any capacity either way), or kNeedOne
     int64_t at = 0;                   // refund only: the decide reply's now_us
     // Concurrency only: who takes the slots, named concurrency_member(owner, seq + i).
     uint64_t owner = 0;               // random per nginx worker, below 2^48
@@ -164,6 +172,11 @@ size_t refund_command_len(CommandScript script, bool injected_time, std::string_
                           size_t n, int64_t now_us) noexcept;
 size_t write_refund_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                             const RedisCheck* checks, size_t n, int64_t now_us) noexcept;
+
+// A charge call: n (at most kMaxChargeChecks) checks, each its own group; buf nullptr measures.
+constexpr size_t kMaxChargeChecks = 64;
+size_t charge_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                      const RedisCheck* checks, size_t n, int64_t now_us) noexcept;
 
 // The production refund, EVALSHA or FCALL as the decide call it compensates (which has just
 // run there, so the Lua is loaded).

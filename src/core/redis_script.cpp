@@ -597,7 +597,7 @@ local function first_bad(blob)
       local algo, req, per, burst, refill, tok, depth, wsc, cost, _, dl, mu, bl = sunpack('<ddddddddddddd', blob, p)
       k = k + 1
       if not (algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-              and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1
+              and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= -1 and dl >= -1 and mu >= -1
               and (algo < 6 or req <= 1000000) and bl >= 0 and bl % 1 == 0) then
         return k
       end
@@ -611,8 +611,8 @@ end
 local function run(keys, argv)
   bind()
   local mode, blob = argv[1], argv[3]
-  local refunding = mode == 'refund'
-  if (mode ~= 'decide' and not refunding) or #argv ~= 3 then
+  local refunding, charging = mode == 'refund', mode == 'charge'
+  if (mode ~= 'decide' and not refunding and not charging) or #argv ~= 3 then
     if mode == 'sync' or mode == 'hosts' then
       -- Sync zones: a function literal (below), so that only such a call builds its closures.
       return ()lua";
@@ -658,13 +658,17 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
           local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu, bl =
             sunpack('<ddddddddddddd', blob, q)
           if not (algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-                  and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= 0 and dl >= -1 and mu >= -1
+                  and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= -1 and dl >= -1 and mu >= -1
                   and (algo < 6 or req <= 1000000) and bl >= 0 and bl % 1 == 0) then  -- kMaxConcurrency: bounds a call's slots
             return redis.error_reply('ERR ratelimit script: bad check ' .. (k + i))
           end
           local key = keys[k + i]
           local units, refund_it = cost, refunding and cost > 0  -- refund: then whether it changed anything
           if pass == 2 or refunding then cost = 0 end
+          -- settle.h: kNeedOne (-1) is the verdict of one unit and the report of none; a charge
+          -- takes what fits if not all of it does.
+          local need = cost < 0
+          if need then cost, units = 1, 0 end
           local ok, rem, reset, retry, w, x, y, z
           shaped = 0
           -- block.h: a live block rejects the check and changes nothing; pass 1 only.
@@ -700,6 +704,12 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
               refund_it = ra ~= a or rb ~= b or rc ~= c
               a, b, c = ra, rb, rc
             end
+            -- A charge's token bucket is read under the debt policy (settle.h: debt_shift, in `at`).
+            local shift = 0
+            if charging and algo == 1 then shift = at end
+            if c ~= 0 then a = a + shift end
+            repeat
+            local again = false
             if algo == 0 then  -- decide.cpp
               ok, rem, reset, retry, w, x, y, z = decide_gcra(a, b, now, cost, burst, refill, tok, depth, dl, mu)
             elseif algo == 1 then
@@ -724,12 +734,28 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
                 ok, rem, reset, retry, w, x, y, z = decide_fixed(a, b, c, now, cost, req, per, cs, ce, cn)
               end
             end
+            if need and ok then
+              need, cost, again, shaped = false, 0, true, 0
+            elseif charging and not ok and rem > 0 and rem < cost then
+              cost, units, again = rem, rem, true
+            end
+            until not again
+            if c ~= 0 then a = a - shift end
+            if w then x = x - shift end
             if w and x == a and y == b and z == c then w = false end
             -- A refund that changed the state keeps it, with the TTL of the cost-0 decision on it.
             if refund_it then commit(S, TTL, Z, key, algo, 0, reset, a, b, c) end
           elseif algo == 5 then
             if refund_it then refund_it = refund_log(key, at, units) end
+            repeat
+            local again = false
             ok, rem, reset, retry, w, x, y = decide_log(key, now, cost, req, per)
+            if need and ok then
+              need, cost, again, shaped = false, 0, true, 0
+            elseif charging and not ok and rem > 0 and rem < cost then
+              cost, units, again = rem, rem, true
+            end
+            until not again
             if refund_it then call('PEXPIRE', key, fmt('%d', ttl_ms(reset))) end
           else  -- a refund gives the slots back (what already expired is gone) and reports
             if refund_it then

@@ -6,7 +6,7 @@ namespace rl {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x524c5432;  // "RLT2": bump when the layout changes
+constexpr uint32_t kMagic = 0x524c5433;  // "RLT3": bump when the layout changes
 
 uint32_t* buckets(TableHeader* t) { return reinterpret_cast<uint32_t*>(t + 1); }
 

@@ -38,6 +38,9 @@ struct TableHeader {
     uint32_t bucket_bits; // nbuckets == 1 << bucket_bits
     uint64_t evictions;
     uint64_t secret;      // odd, random: the bucket index's multiplier
+    // The user's words, kept with the table (zeroed when it is laid out, kept across reloads);
+    // the user may read them without its lock, atomically (rejected.h's hints).
+    int64_t hints[16];
 };
 
 // Bytes one slot takes for a ring of `ring_bytes`.

@@ -79,6 +79,7 @@ struct rl_zone_t {
     ngx_http_complex_value_t* rate_cv;
     ngx_http_complex_value_t* burst_cv;
     time_t tier_warned;          // an invalid rate or burst value, as quantity_warned
+    time_t settle_warned;        // an invalid settle value, as quantity_warned
     rl_metrics_zone_t* metrics;  // its counters (metrics.cpp), or nullptr
     // sync=TIME (sync/sync.h): decided in shared memory, reconciled with Redis every sync_us
     int64_t sync_us;             // 0: no sync (with redis=, a round trip per request)
@@ -105,6 +106,10 @@ struct rl_limit_t {
     bool nodelay;                           // written out
     int64_t max_delay_us;                   // max_delay=TIME, 0 when none
     int64_t block_us;                       // block=TIME (overrides the zone's), 0 when none
+    bool settle_set;                        // settle=VALUE: the request's real cost, at its end (settle.cpp)
+    int64_t settle;                         //   a number, used when settle_cv is null
+    ngx_http_complex_value_t* settle_cv;    //   with variables
+    ngx_int_t settle_var;                   //   one variable alone: its index (else NGX_ERROR)
     u_char* file;                           // where the line is, for errors found at merge
     ngx_uint_t line;
 };
@@ -115,6 +120,7 @@ struct rl_applied_t {
     rl_zone_t* zone;
     const rl_limit_t* limit;
     rl::Policy policy;  // with a variable rate or burst: what applies when their values do not
+    rl::Policy debt;    // with settle=: the policy's debt policy (core/settle.h), found once
     bool tiered;        // its rate or burst comes from a variable: a policy per request (tier.cpp)
 };
 
@@ -122,6 +128,7 @@ struct rl_loc_conf_t {
     ngx_array_t* limits;   // of rl_limit_t, as written (inherited like limit_req's)
     ngx_array_t* applied;  // of rl_applied_t, built at merge; null when no limit applies
     ngx_uint_t stores;     // the stores of its applied limits, as a set of rl_store_t::index bits
+    bool slots;            // some applied zone may hold in-flight slots in shared memory (concurrency)
     ngx_uint_t algo;       // rl::Algo
     ngx_uint_t status;
     ngx_uint_t headers;    // RL_HEADERS_*
@@ -139,6 +146,7 @@ struct rl_loc_conf_t {
 struct rl_main_conf_t {
     ngx_array_t redis;  // of rl_redis_t*
     ngx_array_t zones;  // of rl_zone_t*, to resolve their redis= once the http block is read
+    bool settles;       // some `ratelimit` line has settle=: the log phase has work (settle.cpp)
 };
 
 enum {

@@ -133,6 +133,8 @@ struct zone_snapshot_t {
     uint64_t keys, capacity, evictions;
     bool concurrency;   // concurrency=N: its in-flight gauge
     int64_t in_flight;
+    bool redis;         // decided in Redis per request: its settles can fail
+    uint64_t settle_failures;
     bool sync;  // sync=TIME: its reconciliation's counters (kept in the zone's sync header)
     uint64_t sync_rounds, sync_keys, sync_failures;
     int64_t sync_hosts;
@@ -177,6 +179,8 @@ bool take_snapshot(ngx_http_request_t* r, rl_main_conf_t* mcf, snapshot_t* s) {
         for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z.requests[k] = load(zone->metrics->requests[k]);
         z.concurrency = zone->concurrency;
         z.in_flight = static_cast<int64_t>(load(zone->metrics->in_flight));
+        z.redis = zone->redis != nullptr && zone->sync_shm == nullptr && !zone->concurrency;
+        z.settle_failures = load(zone->metrics->settle_failures);
         // Under the zone's lock: the table's fields change together with its slots.
         ngx_shmtx_lock(&zone->shpool->mutex);
         z.keys = zone->table->used;
@@ -272,6 +276,17 @@ void write_zones(rl::MetricsWriter& w, const snapshot_t& s) {
             if (!s.zones[i].concurrency) continue;
             rl::MetricLabel l{"zone", s.zones[i].name};
             w.sample("nginx_ratelimit_in_flight", &l, 1, s.zones[i].in_flight);
+        }
+    }
+    any = false;
+    for (ngx_uint_t i = 0; i < s.nzones; i++) any = any || s.zones[i].redis;
+    if (any) {
+        w.family("nginx_ratelimit_settle_failures_total",
+                 "Settles (settle=) Redis did not take after a second try: their difference is lost.", "counter");
+        for (ngx_uint_t i = 0; i < s.nzones; i++) {
+            if (!s.zones[i].redis) continue;
+            rl::MetricLabel l{"zone", s.zones[i].name};
+            w.sample("nginx_ratelimit_settle_failures_total", &l, 1, s.zones[i].settle_failures);
         }
     }
     write_sync(w, s);

@@ -42,6 +42,7 @@ constexpr ngx_uint_t kRlRoundTripBuckets = 13;  // 100 µs .. 1 s, then +Inf
 struct rl_metrics_zone_t {
     ngx_atomic_t requests[RL_RESULT_N];
     ngx_atomic_t in_flight;  // concurrency zones: slots this host's requests hold (a gauge)
+    ngx_atomic_t settle_failures;  // settles Redis did not take, after their second try (redis/settle.cpp)
 };
 
 struct rl_metrics_redis_t {

@@ -5,6 +5,7 @@
 #include "ngx/metrics.h"
 #include "ngx/redis/conf.h"
 #include "ngx/response_headers.h"
+#include "ngx/settle.h"
 #include "ngx/store.h"
 #include "ngx/sync/sync.h"
 #include "ngx/tier.h"
@@ -13,6 +14,7 @@
 
 #include "core/headers.h"
 #include "core/rate.h"
+#include "core/settle.h"
 
 #include <cstdarg>
 
@@ -116,7 +118,17 @@ char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
     return rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
 }
 
-// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [delay=N | nodelay] [max_delay=TIME] [block=TIME]
+// Whether `name` is a variable's name alone (what "$name" may be followed by is not in it).
+bool rl_variable_name(const ngx_str_t& name) {
+    for (size_t i = 0; i < name.len; i++) {
+        u_char c = name.data[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    }
+    return true;
+}
+
+// ratelimit zone=NAME [burst=N] [quantity=N|$variable] [settle=VALUE] [delay=N | nodelay] [max_delay=TIME]
+//           [block=TIME]
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* lcf = static_cast<rl_loc_conf_t*>(conf);
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
@@ -124,6 +136,7 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 
     rl_limit_t limit{};
     limit.quantity = 1;
+    limit.settle_var = NGX_ERROR;
     limit.delay = rl::kNoDelay;
     bool nodelay = false;
     limit.file = cf->conf_file->file.name.data;
@@ -151,6 +164,21 @@ char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
             } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.quantity)) {
                 return rl_conf_error(cf, "invalid quantity \"%V\"", &a);
             }
+        } else if (rl_arg(a, "settle=", v)) {
+            // Evaluated when the request ends: its variables may be the response's (settle.cpp).
+            limit.settle_set = true;
+            ngx_str_t name{v.len - 1, v.data + 1};
+            if (v.len > 1 && v.data[0] == '$' && rl_variable_name(name)) {
+                // One variable: read by its index (no script to run, nothing to copy).
+                limit.settle_var = ngx_http_get_variable_index(cf, &name);
+                if (limit.settle_var == NGX_ERROR) return static_cast<char*>(NGX_CONF_ERROR);
+            } else if (ngx_strlchr(v.data, v.data + v.len, '$') != nullptr) {
+                limit.settle_cv = rl_complex_value(cf, &v);
+                if (limit.settle_cv == nullptr) return static_cast<char*>(NGX_CONF_ERROR);
+            } else if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.settle)) {
+                return rl_conf_error(cf, "invalid settle \"%V\"", &a);
+            }
+            static_cast<rl_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module))->settles = true;
         } else if (rl_arg(a, "delay=", v)) {
             if (!rl::parse_int(rl_sv(v), 0, rl::kMaxRequests, limit.delay)) {
                 return rl_conf_error(cf, "invalid delay \"%V\"", &a);
@@ -266,6 +294,7 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
     conf->applied = nullptr;
     conf->tiered = false;
     conf->stores = 0;
+    conf->slots = false;
     if (conf->limits == nullptr) return true;
     conf->applied = ngx_array_create(cf->pool, conf->limits->nelts, sizeof(rl_applied_t));
     if (conf->applied == nullptr) return false;
@@ -277,10 +306,12 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "unknown ratelimit zone \"%V\"", &l.shm_zone->shm.name);
             return false;
         }
-        if (zone->concurrency && (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay || l.nodelay)) {
+        if (zone->concurrency &&
+            (l.burst_set || l.quantity_set || l.delay != rl::kNoDelay || l.nodelay || l.settle_set)) {
             // A request takes one slot while it runs, and nothing refills a slot but its end.
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "\"%s\" has no meaning for the concurrency zone \"%V\"",
-                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : l.nodelay ? "nodelay" : "delay",
+                             l.burst_set ? "burst" : l.quantity_set ? "quantity" : l.nodelay ? "nodelay"
+                             : l.settle_set ? "settle" : "delay",
                              &zone->name);
             return false;
         }
@@ -310,9 +341,11 @@ bool rl_build_applied(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
         a->zone = zone;
         a->limit = &l;
         a->policy = p;
+        if (l.settle_set) a->debt = rl::debt_policy(p);
         rl_tier_check_applied(a);
         conf->tiered = conf->tiered || a->tiered;
         conf->stores |= ngx_uint_t{1} << zone->store->index;
+        conf->slots = conf->slots || zone->local == &rl_conc_store;  // a Redis one's too: on_error local
         if (p.algo == rl::Algo::log && !rl_zone_check_log(cf, zone, p, &l)) return false;
         if (zone->sync_mode != RL_SYNC_OFF && !rl_sync_add_policy(zone, p)) return false;
         if (!rl_api_note_policy(cf, zone, p)) return false;
@@ -348,6 +381,15 @@ ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept {
     auto* h = static_cast<ngx_http_handler_pt*>(ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers));
     if (h == nullptr) return NGX_ERROR;
     *h = rl_access_handler;
+    if (!mcf->settles) return rl_header_filter_init(cf);
+    // The settles run before the log writers (the access log's handler came first): shifted
+    // to the front.
+    ngx_array_t* log = &cmcf->phases[NGX_HTTP_LOG_PHASE].handlers;
+    h = static_cast<ngx_http_handler_pt*>(ngx_array_push(log));
+    if (h == nullptr) return NGX_ERROR;
+    auto* first = static_cast<ngx_http_handler_pt*>(log->elts);
+    ngx_memmove(first + 1, first, (log->nelts - 1) * sizeof(ngx_http_handler_pt));
+    first[0] = rl_settle_handler;
     return rl_header_filter_init(cf);
 }
 

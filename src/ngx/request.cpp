@@ -5,6 +5,7 @@
 
 #include "core/log_text.h"
 #include "core/rate.h"
+#include "core/settle.h"
 #include "ngx/metrics.h"
 #include "ngx/store.h"
 #include "ngx/tier.h"
@@ -61,7 +62,9 @@ rl_ctx_t* new_ctx(ngx_http_request_t* r, const rl_loc_conf_t* lcf) {
     ctx->policy = lcf->tiered ? nullptr : &lcf->policy;
     ctx->napplied = n;
     ctx->stores = lcf->stores;
+    ctx->slots = lcf->slots;
     ctx->phase = RL_PHASE_RETURNED;
+    ctx->settle = -1;
     cln->handler = rl_ctx_cleanup;
     ngx_http_set_ctx(r, ctx, ngx_http_ratelimit_module);
     return ctx;
@@ -94,6 +97,11 @@ rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcep
             rl_calendar_window(res, static_cast<int64_t>(tp->sec) * 1000000 + static_cast<int64_t>(tp->msec) * 1000);
         }
         res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
+        if (res.cost == 0 && applied[i].limit->settle_set) {
+            // settle= charges what the request used: it needs room for one unit meanwhile. A
+            // lease takes the unit (its asks count what requests take) and settles it back.
+            res.cost = applied[i].zone->sync_mode == RL_SYNC_LEASE ? 1 : rl::kNeedOne;
+        }
         res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
         res.store = applied[i].zone->store->decide ? RL_STORE_SHM : RL_STORE_REDIS;
     }

@@ -32,6 +32,7 @@ struct rl_result_t {
     rl::Decision decision;
     rl_store_e store;
     bool consumed;       // its admission was committed: refund it if the request is rejected
+    int64_t delta;       // settle.cpp: what its settle charges (> 0) or gives back (< 0)
     uint8_t flags;       // RL_RES_*, and its store's own
 };
 
@@ -71,6 +72,7 @@ struct rl_ctx_t {
     rl_result_t* results;
     ngx_uint_t nresults;
     ngx_uint_t stores;     // the stores of its results (rl_store_t::index bits)
+    bool slots;            // some result may hold in-flight slots (rl_loc_conf_t::slots)
     ngx_int_t decider;     // index of the result that decided, -1 if none
     rl_status_e status;
     ngx_uint_t headers;    // RL_HEADERS_* of the location that decided
@@ -81,6 +83,8 @@ struct rl_ctx_t {
     int64_t delay_ms;      // the longest delay of the limits that admitted it ($ratelimit_delay)
     bool delaying;         // the request waits delay_ms before its next phase
     bool headers_done;
+    bool settled;          // settle.cpp: the request's settles are done (once)
+    int64_t settle;        // $ratelimit_settled: the first settle= value taken, -1 if none
     rl_phase_e phase;
     ngx_int_t verdict;     // what the access handler returns
     ngx_http_request_t* r;

@@ -13,6 +13,8 @@
 
 #include "ngx/request.h"
 
+#include "core/settle.h"
+
 struct rl_store_t {
     const char* name;
     ngx_uint_t index;   // its bit in rl_ctx_t::stores and its rl_ctx_t::store_data
@@ -32,6 +34,10 @@ struct rl_store_t {
     void (*commit)(rl_result_t& res, rl::Slot* slot);
     void (*release)(rl_result_t& res, rl::Slot* slot);
     void (*refund)(rl_result_t& res, rl::Slot* slot, int64_t now);
+    // settle.cpp: the request's real cost is known (its response is over) and is more than it
+    // was charged: charge res.delta more units, past the limit as far as its debt may go
+    // (core/settle.h). (Less: `refund` gives back the difference.)
+    void (*settle)(rl_result_t& res, rl::Slot* slot, int64_t now);
 
     // The waits. Each returns the number of waits started (0: nothing to wait for).
     // refill: gets what the results it left RL_RES_WAITS lack; what it could not get is
@@ -47,6 +53,8 @@ struct rl_store_t {
     void (*decided)(rl_ctx_t* ctx);
     // The request goes away (its pool's cleanup): no wait of it may outlive it.
     void (*end)(rl_ctx_t* ctx);
+    // Sends the settles of its remote results (res.delta != 0): fire and forget.
+    void (*settle_remote)(rl_ctx_t* ctx);
 };
 
 extern const rl_store_t rl_shm_store;
@@ -56,6 +64,12 @@ extern const rl_store_t rl_conc_store;  // in-flight slots in shared memory (sto
 // ratelimit_on_error local decides it there.
 inline const rl_store_t* rl_store_of(const rl_result_t& res) {
     return res.store == RL_STORE_LOCAL ? res.applied->zone->local : res.applied->zone->store;
+}
+
+// The debt policy a settle's charge is decided on (core/settle.h): found once per limit, or
+// for a tier's policy (per request) now.
+inline rl::Policy rl_debt_of(const rl_result_t& res) {
+    return res.policy == &res.applied->policy ? res.applied->debt : rl::debt_policy(*res.policy);
 }
 
 // What the zone's table keeps per key after its Slot.
@@ -69,6 +83,8 @@ inline size_t rl_zone_key_bytes(const rl_zone_t* zone) {
 bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
 // Gives back what committed results of the pass consumed.
 void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
+// Applies the settles (res.delta) of results kept in their zones' tables, under their locks.
+void rl_store_settle_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept;
 // The slot of a result's key in its zone's table (zone locked), or nullptr when it cannot be
 // used, or when it is not there and `create` is false.
 rl::Slot* rl_store_slot(const rl_result_t& res, bool create = true) noexcept;
@@ -106,14 +122,17 @@ inline ngx_uint_t rl_store_remote(rl_ctx_t* ctx) {
 inline void rl_store_timed_out(rl_ctx_t* ctx) {
     rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->timed_out ? s->timed_out(ctx), 0 : 0; });
 }
+inline void rl_store_settle_remote(rl_ctx_t* ctx) {
+    rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->settle_remote ? s->settle_remote(ctx), 0 : 0; });
+}
 inline void rl_store_decided(rl_ctx_t* ctx) {
     rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->decided ? s->decided(ctx), 0 : 0; });
 }
-// The request is over: the in-flight slots it holds in shared memory go back (store_conc.cpp);
-// the stores' `end` give back theirs.
+// The request is over: the in-flight slots it holds in shared memory go back (store_conc.cpp;
+// only looked for where a concurrency zone applies); the stores' `end` give back theirs.
 void rl_store_release_slots(rl_ctx_t* ctx) noexcept;
 inline void rl_store_end(rl_ctx_t* ctx) {
-    rl_store_release_slots(ctx);
+    if (ctx->slots) rl_store_release_slots(ctx);
     rl_store_each(ctx, [ctx](const rl_store_t* s) -> ngx_uint_t { return s->end ? s->end(ctx), 0 : 0; });
 }
 // Gives back what every store consumed for the request (shared memory at once, Redis by a

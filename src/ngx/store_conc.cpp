@@ -70,8 +70,8 @@ void conc_refund(rl_result_t& res, rl::Slot* slot, int64_t now) {
 const rl_store_t rl_conc_store = {
     "in-flight", kIndex, sizeof(rl::Holders),
     nullptr, nullptr, nullptr,
-    nullptr, conc_decide, conc_commit, nullptr, conc_refund,
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr, conc_decide, conc_commit, nullptr, conc_refund, nullptr,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 void rl_store_release_slots(rl_ctx_t* ctx) noexcept {

@@ -5,6 +5,7 @@
 
 #include "core/block.h"
 #include "core/refund.h"
+#include "core/settle.h"
 
 namespace {
 
@@ -80,13 +81,17 @@ void shm_refund(rl_result_t& res, rl::Slot* slot, int64_t now) {
     res.decision = rl::decide(slot->state, *res.policy, now, 0, ring_of(res, slot));
 }
 
+void shm_settle(rl_result_t& res, rl::Slot* slot, int64_t now) {
+    rl::charge(slot->state, ring_of(res, slot), *res.policy, rl_debt_of(res), now, res.delta);
+}
+
 }  // namespace
 
 const rl_store_t rl_shm_store = {
     "shared memory", 0, 0,
     nullptr, nullptr, nullptr,
-    nullptr, shm_decide, shm_commit, nullptr, shm_refund,
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr, shm_decide, shm_commit, nullptr, shm_refund, shm_settle,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 rl::Slot* rl_store_slot(const rl_result_t& res, bool create) noexcept {
@@ -171,6 +176,29 @@ void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
             store->refund(res, slot, store_now(store, res.applied->zone, now));
         }
         res.consumed = false;
+    }
+    unlock_zones(locks, nlocks);
+}
+
+void rl_store_settle_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
+    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
+    ngx_uint_t nlocks = lock_zones(results, n, locks);
+    int64_t now = now_us();
+    for (ngx_uint_t i = 0; i < n; i++) {
+        rl_result_t& res = *results[i];
+        const rl_store_t* store = rl_store_of(res);
+        // A key dropped from a full table meanwhile is made again for a charge (it owes it),
+        // not for a give-back (a fresh key has nothing to give).
+        rl::Slot* slot = rl_store_slot(res, res.delta > 0);
+        if (slot == nullptr) continue;
+        int64_t at = store_now(store, res.applied->zone, now);
+        if (res.delta > 0) {
+            store->settle(res, slot, at);
+        } else {
+            rl_result_t back = res;  // a refund of part of its cost (it reports into the copy)
+            back.cost = -res.delta;
+            store->refund(back, slot, at);
+        }
     }
     unlock_zones(locks, nlocks);
 }

@@ -1,5 +1,5 @@
 // $ratelimit_status, $ratelimit_limit, $ratelimit_remaining, $ratelimit_reset, $ratelimit_zone,
-// $ratelimit_delay; $ratelimit_client_prefix is client_prefix.cpp's.
+// $ratelimit_delay, $ratelimit_settled; $ratelimit_client_prefix is client_prefix.cpp's.
 #include "ngx/variables.h"
 
 #include "ngx/client_prefix.h"
@@ -10,7 +10,7 @@
 
 namespace {
 
-enum rl_var_e { RL_VAR_STATUS, RL_VAR_LIMIT, RL_VAR_REMAINING, RL_VAR_RESET, RL_VAR_ZONE, RL_VAR_DELAY };
+enum rl_var_e { RL_VAR_STATUS, RL_VAR_LIMIT, RL_VAR_REMAINING, RL_VAR_RESET, RL_VAR_ZONE, RL_VAR_DELAY, RL_VAR_SETTLED };
 
 ngx_str_t rl_status_names[] = {
     ngx_null_string, ngx_string("PASSED"), ngx_string("REJECTED"), ngx_string("REJECTED_DRY_RUN"),
@@ -44,6 +44,14 @@ ngx_int_t rl_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintp
         return NGX_OK;
     }
     if (which == RL_VAR_DELAY) return set_number(r, v, ctx->delay_ms);
+    if (which == RL_VAR_SETTLED) {
+        // Known once the request has ended (the log phase: settle.cpp).
+        if (ctx->settle < 0) {
+            v->not_found = 1;
+            return NGX_OK;
+        }
+        return set_number(r, v, ctx->settle);
+    }
     if (ctx->decider < 0) {
         v->not_found = 1;
         return NGX_OK;
@@ -70,6 +78,7 @@ rl_var_def rl_vars[] = {
     {ngx_string("ratelimit_reset"), RL_VAR_RESET},
     {ngx_string("ratelimit_zone"), RL_VAR_ZONE},
     {ngx_string("ratelimit_delay"), RL_VAR_DELAY},
+    {ngx_string("ratelimit_settled"), RL_VAR_SETTLED},
 };
 
 }  // namespace

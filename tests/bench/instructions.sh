@@ -12,10 +12,15 @@
 #                                            loop, so they count, spread over the requests; idle,
 #                                            the zones still send a round each interval, which
 #                                            every row then counts too: hence not by default)
+#   SETTLE=on tests/bench/instructions.sh    rows with settle=: equal to the quantity (nothing to
+#                                            send), and charging one unit more (shared memory, Redis);
+#                                            with a settle= in the configuration, every location runs
+#                                            the log phase's handler: compare its rows with those
+#                                            of a run without SETTLE=on
 #
 # One nginx (one process, no master) runs under callgrind, collecting only inside its event
 # loop; for each location: a few requests to warm up, counters zeroed, REQUESTS requests from
-# wrk on one connection, counters dumped. Every limit admits every request; one-key locations.
+# wrk on one connection, counters dumped (and, with Redis, the commands it ran meanwhile). Every limit admits every request; one-key locations.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -37,6 +42,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Script calls Redis ran so far (FCALL, EVALSHA, EVAL; not the commands they run), 0 without Redis.
+redis_commands() {
+    [[ -n $redis_port ]] || { echo 0; return; }
+    redis-cli -p "$redis_port" info commandstats |
+        awk -F'[:=,]' '/^cmdstat_(fcall|evalsha|eval):/ { n += $3 } END { print n + 0 }'
+}
+
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 redis_port=""
@@ -48,7 +60,7 @@ if command -v redis-server >/dev/null; then
     RPID=$(cat "$TMP/redis.pid")
 fi
 
-# name | location body (the zone z* all key on the constant "one")
+# name | location body [| more lines in its server] (the zones z* all key on the constant "one")
 quota="requests=1000000000 period=1s"
 CASES=(
     "plain|empty_gif;"
@@ -69,6 +81,14 @@ CASES+=("ratelimit gcra, its server with a ratelimit_api location|ratelimit zone
 CASES+=("ratelimit concurrency=1000000 (a slot taken and given back)|ratelimit zone=z_conc; empty_gif;")
 [[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis|ratelimit zone=z_redis; empty_gif;"
     "ratelimit concurrency=1000000, Redis|ratelimit zone=z_rconc; empty_gif;")
+if [[ ${SETTLE:-off} == on ]]; then
+    CASES+=("ratelimit gcra, settle=1 (the quantity: nothing to settle)|ratelimit zone=z_gcra settle=1; empty_gif;"
+        "ratelimit gcra, quantity=\$settle_one (the map's own cost, as a quantity)|ratelimit zone=z_gcra quantity=\$settle_one; empty_gif;"
+        "ratelimit gcra, settle=\$settle_one (a map: 1, the quantity)|ratelimit zone=z_gcra settle=\$settle_one; empty_gif;"
+        "ratelimit gcra, settle=2 (charges one unit more)|ratelimit zone=z_gcra settle=2; empty_gif;")
+    [[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis, settle=1|ratelimit zone=z_redis settle=1; empty_gif;"
+        "ratelimit gcra, Redis, settle=2|ratelimit zone=z_redis settle=2; empty_gif;")
+fi
 if [[ -n $redis_port && ${SYNC:-off} == on ]]; then
     CASES+=("ratelimit gcra, Redis, sync=100ms optimistic|ratelimit zone=z_sync; empty_gif;"
         "ratelimit gcra, Redis, sync=100ms lease|ratelimit zone=z_lease; empty_gif;")
@@ -91,6 +111,7 @@ fi
     echo "  ratelimit_zone z_block key=one $quota burst=1000 block=10m size=1m;"
     echo "  ratelimit_zone z_fixed1d key=one requests=1000000000 period=1d algo=fixed size=1m;"
     echo "  ratelimit_zone z_calendar key=one requests=1000000000 period=day timezone=Europe/Berlin algo=fixed size=1m;"
+    echo "  map \$host \$settle_one { default 1; }"
     if [[ -n $redis_port ]]; then
         echo "  ratelimit_redis r 127.0.0.1:$redis_port timeout=1s;"
         echo "  ratelimit_zone z_redis key=one $quota burst=1000 redis=r;"
@@ -117,8 +138,8 @@ valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" --collect-atstart=n
 VG=$!
 for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:${PORTS[0]}/" && break; sleep 0.1; done
 
-echo "| location | Ir/request | vs plain | vs limit_req |"
-echo "| --- | ---: | ---: | ---: |"
+echo "| location | Ir/request | vs plain | vs limit_req | Redis script calls/request |"
+echo "| --- | ---: | ---: | ---: | ---: |"
 declare -a IR=()
 for i in "${!CASES[@]}"; do
     url="http://127.0.0.1:${PORTS[$i]}/"
@@ -127,17 +148,20 @@ for i in "${!CASES[@]}"; do
         [[ $code == 200 ]] || { echo "instructions.sh: ${CASES[$i]%%|*}: status $code" >&2; exit 1; }
     done
     callgrind_control -z "$VG" >/dev/null
+    cmds0=$(redis_commands)
     out=$(wrk -t1 -c1 -d"${SECONDS_PER_CASE}s" "$url" 2>&1)
     rm -f "$TMP"/cg.out.*
     callgrind_control -d "$VG" >/dev/null
     n=$(awk '/requests in/ { print $1 }' <<<"$out")
+    cmds=$(( $(redis_commands) - cmds0 ))
     [[ $(awk '/Non-2xx/ { print $NF }' <<<"$out") == "" ]] || { echo "instructions.sh: non-2xx answers: $out" >&2; exit 1; }
     dump=$(ls -t "$TMP"/cg.out.* | head -1)
     ir=$(awk '/^summary:/ { print $2 }' "$dump")
     IR[$i]=$((ir / n))
-    printf '| %s | %d | %s | %s |\n' "${CASES[$i]%%|*}" "${IR[$i]}" \
+    printf '| %s | %d | %s | %s | %s |\n' "${CASES[$i]%%|*}" "${IR[$i]}" \
         "$(awk -v a="${IR[0]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }')" \
-        "$( ((i >= 2)) && awk -v a="${IR[2]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }' || echo -)"
+        "$( ((i >= 2)) && awk -v a="${IR[2]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }' || echo -)" \
+        "$( [[ -n $redis_port ]] && awk -v c="$cmds" -v n="$n" 'BEGIN { printf "%.3f", c / n }' || echo -)"
 done
 # Issue 21's pairs: a row against the row it is compared with (Ir difference and ratio)
 declare -A AT=()

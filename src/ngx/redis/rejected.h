@@ -6,8 +6,9 @@
 #include "ngx/request.h"
 
 // A result about to be sent to Redis: true, with its decision set, if Redis's last rejection
-// of its key still holds for it.
-bool rl_rejected_check(rl_result_t& res, int64_t now) noexcept;
+// of its key still holds for it. *now: the clock (rl_rejected_now), or 0 until read: read only
+// if an entry may hold, then left there for the next results of the request.
+bool rl_rejected_check(rl_result_t& res, int64_t* now) noexcept;
 // Redis rejected the result (decided at local time `now`): remembered if worth it.
 void rl_rejected_remember(const rl_result_t& res, int64_t now) noexcept;
 // Units of the result's key were given back: what was remembered no longer holds.

@@ -4,6 +4,7 @@
 // on its own), so Redis runs one script for many requests. Replies are decoded into the
 // requests' results; refunds when a request is rejected after all.
 #include "ngx/redis/request.h"
+#include "ngx/redis/settle.h"
 
 #include "core/redis_command.h"
 #include "core/redis_keys.h"
@@ -335,15 +336,6 @@ void arm_late_refund(rl_call_t* call, bool slots_only) {
     batch->late[call->index] = late;
 }
 
-// The cluster slot of a result's Redis key.
-uint16_t slot_of(const rl_result_t& res) {
-    const rl_zone_t* zone = res.applied->zone;
-    std::string_view prefix = rl_sv(zone->redis->prefix), name = rl_sv(zone->name);
-    char buf[512];
-    if (rl::redis_key_max_len(prefix, name) > sizeof(buf)) return 0;  // prefix and name are short in practice
-    size_t len = rl::redis_key(buf, prefix, name, res.hash, res.policy->algo);
-    return rl::cluster_slot(std::string_view(buf, len));
-}
 
 // The call a result's check goes into, created on first use: one per ratelimit_redis, and
 // in a cluster one per slot (a script's keys must share a slot).
@@ -364,11 +356,11 @@ rl_call_t* call_for(rl_calls_t* cs, rl_ctx_t* ctx, const rl_result_t& res, uint1
 // Whether a limit of the request is one Redis rejected and would still reject: the request is
 // then rejected without a call, its other Redis limits not asked (all or nothing).
 bool rejected_here(rl_ctx_t* ctx) {
-    int64_t now = rl_rejected_now();
+    int64_t now = 0;  // read only if needed
     bool rejected = false;
     for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
         rl_result_t& res = ctx->results[i];
-        if (res.store == RL_STORE_REDIS && rl_rejected_check(res, now)) {
+        if (res.store == RL_STORE_REDIS && rl_rejected_check(res, &now)) {
             res.flags |= kRejectedHere;
             rejected = true;
         }
@@ -402,7 +394,7 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ctx->store_data[kIndex] = cs;
     for (ngx_uint_t i = 0; i < n; i++) {
         const rl_result_t& res = ctx->results[i];
-        slots[i] = res.store == RL_STORE_REDIS && res.applied->zone->redis->cluster ? slot_of(res) : 0;
+        slots[i] = res.store == RL_STORE_REDIS && res.applied->zone->redis->cluster ? rl_redis_slot_of(res) : 0;
     }
 
     // One call per ratelimit_redis (per slot in a cluster): its checks in one group, all or
@@ -545,8 +537,8 @@ void redis_decided(rl_ctx_t* ctx) noexcept {
 const rl_store_t rl_redis_store = {
     "redis", kIndex, 0,
     nullptr, nullptr, nullptr,
-    nullptr, nullptr, nullptr, nullptr, nullptr,
-    nullptr, redis_remote, redis_timed_out, redis_give_back, redis_decided, redis_end,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    nullptr, redis_remote, redis_timed_out, redis_give_back, redis_decided, redis_end, rl_redis_settle,
 };
 
 void rl_redis_request_fill(rl_conn_t* conn) noexcept {
@@ -582,4 +574,13 @@ void rl_redis_request_failed(rl_conn_t* conn) noexcept {
         call_fails_now(ngx_queue_data(q, rl_call_t, queue));
     }
     rl_node_failed(node);
+}
+
+uint16_t rl_redis_slot_of(const rl_result_t& res) noexcept {
+    const rl_zone_t* zone = res.applied->zone;
+    std::string_view prefix = rl_sv(zone->redis->prefix), name = rl_sv(zone->name);
+    char buf[512];
+    if (rl::redis_key_max_len(prefix, name) > sizeof(buf)) return 0;  // prefix and name are short in practice
+    size_t len = rl::redis_key(buf, prefix, name, res.hash, res.policy->algo);
+    return rl::cluster_slot(std::string_view(buf, len));
 }

@@ -11,3 +11,5 @@ extern const rl_store_t rl_redis_store;
 // the node as batches; a failed connection fails them.
 void rl_redis_request_fill(rl_conn_t* conn) noexcept;
 void rl_redis_request_failed(rl_conn_t* conn) noexcept;
+// The cluster slot of a result's Redis key.
+uint16_t rl_redis_slot_of(const rl_result_t& res) noexcept;

@@ -4,6 +4,7 @@
 #include "ngx/sync/engine.h"
 
 #include "core/refund.h"
+#include "core/settle.h"
 #include "core/sync_reply.h"
 
 namespace {
@@ -132,6 +133,30 @@ void sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     res.decision = rl::decide(s, p, now, 0);
 }
 
+// A settle's charge: the view (or the fallback) goes into debt as in shared memory and Redis
+// gets it with the key's delta; a lease pays from its units first and owes Redis the rest.
+void sync_settle(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
+    rl_zone_t* zone = res.applied->zone;
+    const rl::Policy& p = res.applied->policy;
+    rl_sync_key_t* k = rl_sync_key(slot);
+    int64_t units = res.delta;
+    if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
+        int64_t usable = rl::lease_usable(k->lease, p, now);
+        int64_t take = usable < units ? usable : units;
+        if (take > 0 && rl::lease_take(k->lease, p, now, take)) {
+            units -= take;
+            k->spent += take;
+        }
+        if (units > 0) rl::delta_add(k->unsent, p, now, units);
+    } else {
+        rl::State& s = (res.flags & RL_SYNC_LOCAL) ? k->fallback : slot->state;
+        units = rl::charge(s, nullptr, p, res.applied->debt, now, units);
+        rl::delta_add(k->unsent, p, delta_time(p, now, s), units);
+    }
+    rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));
+    rl_sync_exit_wake(zone);
+}
+
 int64_t sync_clock(const rl_zone_t* zone, int64_t local_now) { return rl_sync_now(zone, local_now); }
 
 }  // namespace
@@ -139,15 +164,15 @@ int64_t sync_clock(const rl_zone_t* zone, int64_t local_now) { return rl_sync_no
 const rl_store_t rl_sync_optimistic_store = {
     "sync optimistic", 2, sizeof(rl_sync_key_t),
     rl_sync_area_bytes, rl_sync_area_format, rl_sync_area_compatible,
-    sync_clock, sync_decide, sync_commit, rl_sync_release, sync_refund,
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    sync_clock, sync_decide, sync_commit, rl_sync_release, sync_refund, sync_settle,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
 };
 
 const rl_store_t rl_sync_lease_store = {
     "sync lease", 3, sizeof(rl_sync_key_t),
     rl_sync_area_bytes, rl_sync_area_format, rl_sync_area_compatible,
-    sync_clock, sync_decide, sync_commit, rl_sync_release, sync_refund,
-    rl_sync_lease_refill, nullptr, rl_sync_lease_timed_out, nullptr, nullptr, rl_sync_lease_end,
+    sync_clock, sync_decide, sync_commit, rl_sync_release, sync_refund, sync_settle,
+    rl_sync_lease_refill, nullptr, rl_sync_lease_timed_out, nullptr, nullptr, rl_sync_lease_end, nullptr,
 };
 
 void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept {

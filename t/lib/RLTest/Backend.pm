@@ -7,15 +7,25 @@ package RLTest::Backend;
 #   $b->port, $b->addr ('127.0.0.1:PORT'), $b->pid
 #
 # Any request but /_ctl/... is held: `GET /hold?ms=N&key=K` (any path) is answered N ms
-# (default 0) after it came, 200 (or &status=NNN) with the body "[K]" and Connection: close.
+# (default 0) after it came, 200 (or &status=NNN) with the body "[K]\n" and Connection: close.
+# The answer is shaped by more arguments (each optional; hdr= and trailer= may repeat):
+#   &hdr=Name:value      a response header (e.g. hdr=X-Tokens:123)
+#   &bytes=N             a body of exactly N bytes (the pattern "[K]\n" repeated and cut; up
+#                        to 256 MB) instead of "[K]\n"
+#   &chunked=1           Transfer-Encoding: chunked (chunks of 16 KB at most)
+#   &trailer=Name:value  a field of the HTTP/1.1 chunked trailer section (implies chunked=1;
+#                        announced in a Trailer header)
+# A name is letters, digits and '-', a value printable ASCII; a malformed one is a 400.
 # Per key the backend records the requests in progress now (cur), the most seen at once (max),
 # the ones answered (served), the ones whose connection the peer closed before the answer
-# (aborted: nginx gave up: its client went away, proxy_read_timeout fired, ...), all that came
-# (started), which nginx worker sent the ones in progress (the X-Worker request header, e.g.
+# (aborted: nginx gave up: its client went away, proxy_read_timeout fired, ...), the answers
+# whose connection the peer closed before they were all written (cut: e.g. a large body
+# nginx stopped reading because its client went away), all that came (started), which nginx
+# worker sent the ones in progress (the X-Worker request header, e.g.
 # proxy_set_header X-Worker $pid: holders), and the time spent at each level of cur (levels:
 # level => seconds, counted from the key's first request or its last reset).
 #
-#   $b->stats($key)     -> { cur, max, served, aborted, started, holders => { pid => n },
+#   $b->stats($key)     -> { cur, max, served, aborted, cut, started, holders => { pid => n },
 #                            levels => { level => seconds } } (zeros for a key never seen)
 #   $b->reset([$key])   forgets the counters (of one key, or all); requests in progress stay
 #                       counted in cur, max starts again from cur. With a key, returns its
@@ -100,7 +110,7 @@ sub stats {
 
 sub _parse_stats {
     my ($text) = @_;
-    my %s = map { $_ => 0 } qw(cur max served aborted started);
+    my %s = map { $_ => 0 } qw(cur max served aborted cut started);
     $s{holders} = {};
     $s{levels}  = {};
     for my $line (split /\n/, $text) {
@@ -221,11 +231,14 @@ END { stop_all() }
 
 # ------------------------------------------------------------------ the server
 
+# 'Name:value' pairs as header lines
+sub _fields { return join '', map { my ($n, $v) = split /:/, $_, 2; "$n: $v\r\n" } @_ }
+
 sub _serve {
     my ($listen, $parent) = @_;
     $listen->blocking(0);
     my $sel = IO::Select->new($listen);
-    my (%conn, %cur, %max, %served, %aborted, %started, %since, %lv);
+    my (%conn, %cur, %max, %served, %aborted, %cut, %started, %since, %lv);
     # conn: fileno => { sock, in, out, key, due, worker, state: 'read'|'hold'|'write' }
 
     my $level = sub {    # cur of $k changes by $d, with the time at the old level counted
@@ -244,10 +257,21 @@ sub _serve {
         close $c->{sock};
     };
     my $answer = sub {
-        my ($c, $status, $body, $extra) = @_;
-        my $reason = { 200 => 'OK', 404 => 'Not Found' }->{$status} // 'Status';
-        $c->{out} = "HTTP/1.1 $status $reason\r\nContent-Type: text/plain\r\nContent-Length: "
-          . length($body) . "\r\nConnection: close\r\n" . ($extra // '') . "\r\n$body";
+        my ($c, $status, $body, $extra, $trailers) = @_;
+        my $reason = { 200 => 'OK', 400 => 'Bad Request', 404 => 'Not Found' }->{$status} // 'Status';
+        my $head = "HTTP/1.1 $status $reason\r\nContent-Type: text/plain\r\nConnection: close\r\n" . ($extra // '');
+        if ($trailers) {    # chunked, then the trailer section (maybe empty)
+            my $out = "${head}Transfer-Encoding: chunked\r\n";
+            $out .= 'Trailer: ' . join(', ', map { (split /:/, $_, 2)[0] } @$trailers) . "\r\n" if @$trailers;
+            $out .= "\r\n";
+            for (my $i = 0; $i < length $body; $i += 16384) {
+                my $piece = substr($body, $i, 16384);
+                $out .= sprintf("%x\r\n", length $piece) . "$piece\r\n";
+            }
+            $c->{out} = $out . "0\r\n" . _fields(@$trailers) . "\r\n";
+        } else {
+            $c->{out} = "${head}Content-Length: " . length($body) . "\r\n\r\n$body";
+        }
         $c->{state} = 'write';
     };
     my $stats_text = sub {
@@ -259,7 +283,7 @@ sub _serve {
         $h{ $_->{worker} }++ for grep { $_->{state} eq 'hold' && $_->{key} eq $k } values %conn;
         return join '', map { "$_\n" }
           'cur ' . ($cur{$k} // 0), 'max ' . ($max{$k} // 0), 'served ' . ($served{$k} // 0),
-          'aborted ' . ($aborted{$k} // 0), 'started ' . ($started{$k} // 0),
+          'aborted ' . ($aborted{$k} // 0), 'cut ' . ($cut{$k} // 0), 'started ' . ($started{$k} // 0),
           'holders ' . join(',', map { "$_:$h{$_}" } sort keys %h),
           'levels ' . join(',', map { sprintf '%d:%.6f', $_, $l{$_} } sort { $a <=> $b } keys %l);
     };
@@ -268,10 +292,13 @@ sub _serve {
         my ($target) = $c->{in} =~ m{^[A-Z]+ (\S+) HTTP/}
           or return $answer->($c, 404, "bad request\n");
         my ($path, $query) = split /\?/, $target, 2;
-        my %arg;
+        my (%arg, @hdr, @trailer);
         for (split /&/, $query // '') {
             my ($k, $v) = split /=/, $_, 2;
-            $arg{ _unesc($k) } //= _unesc($v);
+            ($k, $v) = (_unesc($k), _unesc($v));
+            push @hdr, $v if $k eq 'hdr';
+            push @trailer, $v if $k eq 'trailer';
+            $arg{$k} //= $v;
         }
         if ($path =~ m{^/_ctl/(\w+)$}) {
             my $what = $1;
@@ -285,7 +312,7 @@ sub _serve {
                     delete $lv{$kk};
                     $since{$kk} = ($cur{$kk} // 0) > 0 ? time : undef;
                     $max{$kk} = $cur{$kk} // 0;
-                    $served{$kk} = $aborted{$kk} = $started{$kk} = 0;
+                    $served{$kk} = $aborted{$kk} = $cut{$kk} = $started{$kk} = 0;
                 }
                 return $answer->($c, 200, $before);
             } elsif ($what eq 'release') {
@@ -295,7 +322,15 @@ sub _serve {
             }
             return $answer->($c, 404, "unknown control\n");
         }
+        for (@hdr, @trailer) {
+            return $answer->($c, 400, "bad field\n") unless /^[A-Za-z0-9-]+:[\x20-\x7e]*$/;
+        }
+        return $answer->($c, 400, "bad bytes\n")
+          if defined $arg{bytes} && !($arg{bytes} =~ /^\d{1,9}$/ && $arg{bytes} <= 256 << 20);
         my $k = $arg{key} // '';
+        $c->{extra}    = _fields(@hdr);
+        $c->{trailers} = @trailer || ($arg{chunked} // '') eq '1' ? \@trailer : undef;
+        $c->{bytes}    = $arg{bytes};
         my ($worker) = $c->{in} =~ /^X-Worker:\s*(\S+)/mi;
         $c->{key}    = $k;
         $c->{worker} = $worker // '-';
@@ -336,6 +371,7 @@ sub _serve {
                     $level->($c->{key}, -1);
                     $aborted{ $c->{key} }++;
                 }
+                $cut{ $c->{key} }++ if $c->{answering} && length $c->{out};
                 $drop->($c);
                 next;
             }
@@ -348,13 +384,20 @@ sub _serve {
         for my $c (grep { $_->{state} eq 'hold' && $_->{due} <= $now } values %conn) {
             $level->($c->{key}, -1);
             $served{ $c->{key} }++;
-            $answer->($c, $c->{status}, "[$c->{key}]\n", "X-Backend-Key: $c->{key}\r\n");
+            my $body = "[$c->{key}]\n";
+            if (defined $c->{bytes}) {
+                $body = $c->{bytes} ? substr($body x (int($c->{bytes} / length($body)) + 1), 0, $c->{bytes}) : '';
+            }
+            $answer->($c, $c->{status}, $body, "X-Backend-Key: $c->{key}\r\n$c->{extra}", $c->{trailers});
+            $c->{answering} = 1;
         }
         # answers: written as far as the socket takes them, closed once written
         for my $c (grep { $_->{state} eq 'write' } values %conn) {
             my $n = syswrite($c->{sock}, $c->{out});
             if (!defined $n) {
-                $drop->($c) unless $!{EAGAIN} || $!{EINTR};
+                next if $!{EAGAIN} || $!{EINTR};
+                $cut{ $c->{key} }++ if $c->{answering};
+                $drop->($c);
                 next;
             }
             substr($c->{out}, 0, $n) = '';

@@ -311,6 +311,17 @@ sub wait_decided {
     return undef;
 }
 
+# $n->key_state($zone, $key [, $base]): one key's state from a ratelimit_api location at $base
+# ('/api/'), decoded ({ status => ... } when the answer is not a 200 with JSON). $key is sent
+# as given (escape it, %XX).
+sub key_state {
+    my ($self, $zone, $key, $base) = @_;
+    my ($st, undef, $body) = $self->get(($base // '/api/') . "zones/$zone?key=$key");
+    return { status => $st // 'ERR' } unless ($st // '') eq '200';
+    require JSON::PP;
+    return eval { JSON::PP::decode_json($body) } // { status => 'bad json' };
+}
+
 # $n->remaining($path): units left as a quantity=0 location reports them ('-' if not decided
 # in Redis).
 sub remaining {

@@ -1,0 +1,135 @@
+// A settle is a call of its own, built when the request ends and kept (with its bytes) until
+// its reply, so that it can go again: after a MOVED / ASK / NOSCRIPT as any call does, and once
+// more after a failure. A reply lost after the call ran may then charge twice: it errs on the
+// side of limiting.
+#include "ngx/redis/settle.h"
+
+#include "core/redis_command.h"
+#include "core/settle.h"
+#include "ngx/metrics.h"
+#include "ngx/redis/cluster.h"
+#include "ngx/redis/node.h"
+#include "ngx/redis/request.h"
+#include "ngx/store.h"
+
+namespace {
+
+struct rl_settle_call_t {
+    rl_redis_t* redis;
+    rl_metrics_zone_t* metrics;  // its zone's
+    ngx_str_t zone;              // its zone's name, for the log
+    uint8_t tries;               // redirections so far (rl_node_retry_left)
+    bool again;                  // sent again after a failure already
+    size_t len;
+    u_char cmd[1];
+};
+
+void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
+
+bool send(rl_settle_call_t* call, rl_redis_node_t* node, bool ask) {
+    return node != nullptr && rl_node_send(node, call->cmd, call->len, on_reply, call, 1, ask) != nullptr;
+}
+
+// A lost settle has a line of its own (once a second per worker), whatever else the server's
+// errors logged in that second: its difference is gone.
+time_t lost_logged = 0;
+ngx_uint_t lost_suppressed = 0;
+
+void failed(rl_settle_call_t* call, rl_redis_node_t* node, const redisReply* reply) {
+    if (call->metrics != nullptr) rl_metrics_add(&call->metrics->settle_failures, 1);
+    // An error reply tells the server's state (a cluster's map, a master that moved).
+    if (node != nullptr && reply != nullptr) rl_node_reply_failed(node, "a settle failed", reply);
+    if (lost_logged == ngx_time()) {
+        lost_suppressed++;
+    } else {
+        const char* why = reply != nullptr ? "Redis answered an error" : node != nullptr ? "no reply" : "Redis unavailable";
+        if (lost_suppressed > 0) {
+            ngx_log_error(NGX_LOG_ERR, call->redis->conn.log, 0,
+                          "ratelimit redis \"%V\": a settle of zone \"%V\" was lost after two tries (%s); %ui more "
+                          "in the last second", &call->redis->name, &call->zone, why, lost_suppressed);
+        } else {
+            ngx_log_error(NGX_LOG_ERR, call->redis->conn.log, 0,
+                          "ratelimit redis \"%V\": a settle of zone \"%V\" was lost after two tries (%s)",
+                          &call->redis->name, &call->zone, why);
+        }
+        lost_logged = ngx_time();
+        lost_suppressed = 0;
+    }
+    ngx_free(call);
+}
+
+void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
+    auto* call = static_cast<rl_settle_call_t*>(op->data);
+    auto* node = static_cast<rl_redis_node_t*>(op->conn->data);
+    rl_retry_t retry{};
+    switch (rl_node_reply(node, reply, &retry)) {
+        case RL_REPLY_TAKE:
+            if (reply->type == REDIS_REPLY_ARRAY) {
+                ngx_free(call);
+                return;
+            }
+            break;
+        case RL_REPLY_RETRY:
+            if (rl_node_retry_left(&call->tries) && send(call, retry.node, retry.ask)) return;
+            break;
+        case RL_REPLY_SPLIT:  // one check: nothing to split; as a failure
+        case RL_REPLY_FAILED:
+            if (!call->again) {
+                call->again = true;
+                if (send(call, node, false)) return;
+            }
+            break;
+    }
+    failed(call, node, reply);
+}
+
+// The call of one result's settle: a charge on its debt policy, or a refund of part of its cost.
+rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript script) {
+    rl_zone_t* zone = res.applied->zone;
+    rl_redis_t* redis = zone->redis;
+    std::string_view prefix = rl_sv(redis->prefix);
+    rl::Policy debt = rl_debt_of(res);
+    rl::RedisCheck check;
+    check.zone = rl_sv(zone->name);
+    check.hash = res.hash;
+    if (res.delta > 0) {
+        check.policy = &debt;
+        check.cost = res.delta;
+        check.at = rl::debt_shift(*res.policy, debt);
+    } else {
+        check.policy = res.policy;
+        check.cost = -res.delta;
+        check.at = res.at;
+    }
+    size_t len = res.delta > 0 ? rl::charge_command(nullptr, script, false, prefix, &check, 1, 0)
+                               : rl::refund_command_len(prefix, &check, 1, script);
+    auto* call = static_cast<rl_settle_call_t*>(ngx_alloc(sizeof(rl_settle_call_t) + len, ctx->r->connection->log));
+    if (call == nullptr) return nullptr;
+    auto* buf = reinterpret_cast<char*>(call->cmd);
+    call->len = res.delta > 0 ? rl::charge_command(buf, script, false, prefix, &check, 1, 0)
+                              : rl::write_refund_command(buf, prefix, &check, 1, script);
+    call->redis = redis;
+    call->metrics = zone->metrics;
+    call->zone = zone->name;
+    call->tries = 0;
+    call->again = false;
+    return call;
+}
+
+}  // namespace
+
+void rl_redis_settle(rl_ctx_t* ctx) noexcept {
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        const rl_result_t& res = ctx->results[i];
+        if (res.store != RL_STORE_REDIS || res.delta == 0) continue;
+        rl_redis_t* redis = res.applied->zone->redis;
+        rl_redis_node_t* node = redis->cluster ? rl_cluster_route(redis, rl_redis_slot_of(res))
+                                               : (redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr);
+        if (node == nullptr) continue;
+        rl_settle_call_t* call = build(ctx, res, rl_node_script(node));
+        if (call == nullptr) continue;
+        if (send(call, node, false)) continue;
+        call->again = true;  // could not be queued (Redis away, too much in flight): as a failure
+        failed(call, nullptr, nullptr);
+    }
+}
