@@ -41,6 +41,7 @@ struct TableHeader {
     // The user's words, kept with the table (zeroed when it is laid out, kept across reloads);
     // the user may read them without its lock, atomically (rejected.h's hints).
     int64_t hints[16];
+    int64_t block_until;  // the user's (under its lock): when every block after abuse kept in the table has ended
 };
 
 // Bytes one slot takes for a ring of `ring_bytes`.

@@ -45,7 +45,7 @@ uint8_t block_tag(const rl_result_t& res) {
 
 // A live block of the result's key (zone locked): its decision, and true.
 bool blocked(rl_result_t& res) {
-    if (res.policy->block_us <= 0) return false;
+    if (res.policy->block_us <= 0 || res.applied->zone->table->block_until <= res.at) return false;
     rl::Slot* slot = rl::table_find(res.applied->zone->table, res.hash, block_tag(res));
     if (slot == nullptr || !rl::block_live(slot->state.a, res.at)) return false;
     res.decision = rl::blocked_decision(*res.policy, slot->state.a, res.at);
@@ -60,6 +60,9 @@ void start_block(rl_result_t& res) {
     slot->state = rl::State{};
     slot->state.a = res.at + res.policy->block_us;
     res.decision.block = rl::kBlockStarted;
+    // No key of the zone is blocked past this: until then a decision looks for its key's block.
+    rl::TableHeader* table = res.applied->zone->table;
+    if (table->block_until < slot->state.a) table->block_until = slot->state.a;
 }
 
 int64_t store_now(const rl_store_t* store, const rl_zone_t* zone, int64_t local) {
