@@ -1,0 +1,247 @@
+#include "share.h"
+
+#include "bucket.h"
+#include "decide.h"
+#include "exact_math.h"
+#include "sync.h"
+
+namespace rl {
+
+namespace {
+
+int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// A level after `dt` (at most an epoch: share_fits) of draining at the rate not shared, r - R.
+// Rounded down: the pool drains less than it could, never more.
+int64_t drain_shared(int64_t level, int64_t dt, const Policy& p, int64_t shared) {
+    if (dt <= 0) return level;
+    int64_t drained = dt * p.refill * (kShareParts - clamp(shared, 0, kShareParts)) / kShareParts;
+    return level > drained ? level - drained : 0;
+}
+
+}  // namespace
+
+bool share_fits(const Policy& p, int64_t epoch_us) {
+    return is_bucket(p.algo) && epoch_us >= 1 && p.refill <= (int64_t{1} << 36) / epoch_us;
+}
+
+State share_settle(const State& s, ShareBook& b, const Policy& p, int64_t now) {
+    if (b.empty()) return s;
+    if (now < b.settled_at) now = b.settled_at;  // Redis's clock went back: the book does not
+    int64_t level = bucket_level(s, p, b.settled_at);
+    int64_t t = b.settled_at;
+    for (int k = 0; k < 2 && t < now; k++) {
+        int64_t end = b.epoch_at + (k + 1) * b.epoch_us;
+        if (t >= end) continue;
+        int64_t until = min64(now, end);
+        level = max64(drain_shared(level, until - t, p, b.rate[k]), b.burst[k] * p.token);
+        t = until;
+    }
+    if (t < now) level = bucket_drain(level, now - t, p);
+    int64_t w = window_start(now, b.epoch_us);
+    if (w >= b.epoch_at + 2 * b.epoch_us) {
+        b = ShareBook{};  // every share is over
+    } else if (w == b.epoch_at + b.epoch_us) {
+        b.epoch_at = w;
+        b.rate[0] = b.rate[1];
+        b.burst[0] = b.burst[1];
+        b.demand[0] = b.demand[1];
+        b.rate[1] = b.burst[1] = b.demand[1] = 0;
+    }
+    if (!b.empty()) {
+        b.settled_at = now;
+        level = max64(level, b.burst[0] * p.token);
+    }
+    return bucket_at_level(s, p, now, level);
+}
+
+void share_give_back(ShareBook& b, const ShareAsk& ask) {
+    if (b.empty() || ask.back_at <= 0 || ask.epoch_us != b.epoch_us) return;
+    for (int j = 0; j < 2; j++) {
+        int64_t e = ask.back_at + j * b.epoch_us;
+        int k = e == b.epoch_at ? 0 : (e == b.epoch_at + b.epoch_us ? 1 : -1);
+        if (k < 0) continue;
+        b.rate[k] -= clamp(ask.back_rate[j], 0, b.rate[k]);
+        b.burst[k] -= clamp(ask.back_burst[j], 0, b.burst[k]);
+    }
+}
+
+ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, const ShareAsk& ask, int64_t need,
+                       bool* admitted) {
+    ShareGrant g;
+    *admitted = false;
+    if (ask.epoch_us <= 0 || !share_fits(p, ask.epoch_us)) return g;
+    if (b.empty()) {
+        b = ShareBook{};
+        b.epoch_at = window_start(now, ask.epoch_us);
+        b.epoch_us = ask.epoch_us;
+        b.settled_at = now;
+    }
+    if (b.epoch_us != ask.epoch_us) return g;  // another interval's book: nothing until it is over
+    g.epoch_at = b.epoch_at;
+    const int64_t cap = p.capacity();
+    int64_t level = bucket_level(s, p, now);
+    // The requests waiting: admitted by Redis now, from the pool, before the new shares take it.
+    if (need > 0 && need <= cap && level <= p.depth - need * p.token) {
+        level += need * p.token;
+        *admitted = true;
+    }
+    const int64_t d = clamp(ask.demand, 0, kShareDemandMax);
+    bool asked[2];
+    for (int k = 0; k < 2; k++) {
+        asked[k] = ask.rate[k] > 0 || ask.burst[k] > 0;
+        if (asked[k]) b.demand[k] = min64(b.demand[k] + d, kExact);
+    }
+    const int64_t total = max64(max64(b.demand[0], b.demand[1]), max64(d, 1));
+    // The host's part of the demands reported, in parts (at most all of it).
+    const int64_t part = ceil_div(kShareParts * d, total);
+    const int64_t rate_cap = total <= kShareParts ? kShareParts : part;
+    const int64_t burst_cap = (cap / kShareParts) * part + ceil_div((cap % kShareParts) * part, kShareParts);
+    for (int k = 0; k < 2; k++) {
+        if (!asked[k]) continue;
+        int64_t q = min64(min64(clamp(ask.rate[k], 0, kShareParts), kShareParts - b.rate[k]), rate_cap);
+        int64_t u = min64(min64(clamp(ask.burst[k], 0, cap), cap - b.burst[k]), burst_cap);
+        q = max64(q, 0);
+        u = max64(u, 0);
+        b.rate[k] += q;
+        b.burst[k] += u;
+        g.rate[k] = q;
+        g.burst[k] = u;
+    }
+    level = max64(level, b.burst[0] * p.token);
+    s = bucket_at_level(s, p, now, level);
+    return g;
+}
+
+// ---- the host's side ---------------------------------------------------------------------
+
+namespace {
+
+Share held_at(const HostShare& h, int64_t epoch_at) {
+    for (const Share& s : h.held) {
+        if (s.at != 0 && s.at == epoch_at) return s;
+    }
+    return Share{};
+}
+
+}  // namespace
+
+bool share_holds(const HostShare& h, int64_t epoch_at) { return held_at(h, epoch_at).at != 0; }
+
+Share share_effective(const HostShare& h, int64_t t, int64_t guard) {
+    if (h.epoch_us <= 0) return Share{};
+    int64_t g = clamp(guard, 0, (h.epoch_us - 1) / 2);
+    int64_t e1 = window_start(t - g, h.epoch_us), e2 = window_start(t + g, h.epoch_us);
+    Share a = held_at(h, e1);
+    if (e1 == e2) return a;
+    Share b = held_at(h, e2);
+    return Share{e1, min64(a.rate, b.rate), min64(a.burst, b.burst)};
+}
+
+void share_advance(HostShare& h, const Policy& p, int64_t now, int64_t guard) {
+    if (h.epoch_us <= 0 || now <= h.at) return;
+    int64_t g = clamp(guard, 0, (h.epoch_us - 1) / 2);
+    int64_t last = 0;  // the end of the last epoch held: nothing refills beyond it
+    for (const Share& s : h.held) last = max64(last, s.at == 0 ? 0 : s.at + h.epoch_us);
+    int64_t t = h.at;
+    while (t < now) {
+        if (t >= last + g) {
+            h.tokens = h.frac = 0;
+            break;
+        }
+        Share e = share_effective(h, t, g);
+        // The next point where the share in force changes: a boundary's guard begins or ends.
+        int64_t b0 = window_start(t + g, h.epoch_us);
+        int64_t next = t < b0 + g ? b0 + g : b0 + h.epoch_us - g;
+        if (next <= t) next = t + 1;
+        int64_t until = min64(now, next);
+        int64_t cap = e.burst * p.token;
+        if (h.tokens >= cap) {
+            h.tokens = cap;
+            h.frac = 0;
+        } else {
+            __int128 add = static_cast<__int128>(until - t) * p.refill * e.rate + h.frac;
+            __int128 whole = add / kShareParts;
+            if (whole >= cap - h.tokens) {
+                h.tokens = cap;
+                h.frac = 0;
+            } else {
+                h.tokens += static_cast<int64_t>(whole);
+                h.frac = static_cast<int64_t>(add % kShareParts);
+            }
+        }
+        t = until;
+    }
+    h.at = now;
+    // The cap in force now (a boundary's smaller share), and the epochs over are dropped.
+    Share e = share_effective(h, now, g);
+    if (h.tokens > e.burst * p.token) {
+        h.tokens = e.burst * p.token;
+        h.frac = 0;
+    }
+    for (Share& s : h.held) {
+        if (s.at != 0 && s.at + h.epoch_us + g <= now) s = Share{};
+    }
+    if (h.held[0].at == 0 && h.held[1].at != 0) {
+        h.held[0] = h.held[1];
+        h.held[1] = Share{};
+    }
+}
+
+int64_t share_available(const HostShare& h, const Policy& p) { return h.tokens / p.token; }
+
+bool share_take(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64_t cost) {
+    share_advance(h, p, now, guard);
+    if (cost <= 0) return true;
+    if (h.tokens < cost * p.token) return false;
+    h.tokens -= cost * p.token;
+    return true;
+}
+
+void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64_t epoch_us, const ShareGrant& g) {
+    if (g.epoch_at <= 0 || epoch_us <= 0) return;
+    if (h.epoch_us != epoch_us) h = HostShare{};  // another interval: start afresh
+    h.epoch_us = epoch_us;
+    if (h.at == 0) h.at = now;
+    share_advance(h, p, now, guard);
+    for (int k = 0; k < 2; k++) {
+        if (g.rate[k] == 0 && g.burst[k] == 0) continue;
+        int64_t at = g.epoch_at + k * epoch_us;
+        if (at + epoch_us <= now) continue;  // over (a reply that came late)
+        Share* slot = nullptr;
+        for (Share& s : h.held) {
+            if (s.at == at) slot = &s;
+        }
+        if (slot == nullptr) {
+            for (Share& s : h.held) {
+                if (slot == nullptr && s.at == 0) slot = &s;
+            }
+        }
+        if (slot == nullptr) {  // both held are other epochs: keep the later ones
+            slot = h.held[0].at < h.held[1].at ? &h.held[0] : &h.held[1];
+            if (slot->at > at) continue;
+            *slot = Share{};
+        }
+        slot->at = at;
+        slot->rate += g.rate[k];
+        slot->burst += g.burst[k];
+    }
+    if (h.held[0].at != 0 && h.held[1].at != 0 && h.held[1].at < h.held[0].at) {
+        Share x = h.held[0];
+        h.held[0] = h.held[1];
+        h.held[1] = x;
+    }
+}
+
+int64_t share_demand(const Policy& p, int64_t units, int64_t span_us) {
+    if (units <= 0 || span_us <= 0) return 0;
+    // units / span against requests / period, in parts.
+    __int128 num = static_cast<__int128>(units) * p.period_us * kShareParts;
+    __int128 den = static_cast<__int128>(p.requests) * span_us;
+    __int128 d = (num + den - 1) / den;
+    return d > kShareDemandMax ? kShareDemandMax : static_cast<int64_t>(d);
+}
+
+}  // namespace rl
