@@ -958,7 +958,12 @@ function(keys, argv)
   end
 
   -- The shares' way of one bucket item at t: settle, give back, pour the delta, grant.
-  local function share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, need, sh)
+  local function max_of(x, y)
+    if x > y then return x end
+    return y
+  end
+
+  local function share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, need, hosts, sh)
     local ep, dem, wr0, wr1, wb0, wb1, bat, br0, br1, bb0, bb1 = unpk(sh)
     if bk[1] ~= 0 then
       local level = level_at(algo, a, b, c, bk[9], refill, depth)
@@ -1018,17 +1023,16 @@ function(keys, argv)
         end
         local d = clamp(dem, 0, DMAX)
         local wr, wb, asked = {wr0, wr1}, {wb0, wb1}, {}
-        for k = 1, 2 do
-          asked[k] = wr[k] > 0 or wb[k] > 0
-          if asked[k] then bk[6 + k] = min(bk[6 + k] + d, 4503599627370496) end
-        end
+        for k = 1, 2 do asked[k] = wr[k] > 0 or wb[k] > 0 end
+        if asked[2] and not asked[1] then bk[8] = min(bk[8] + d, 4503599627370496) end
         local total = bk[7]
         if bk[8] > total then total = bk[8] end
         if d > total then total = d end
         if total < 1 then total = 1 end
+        if bk[7] == 0 then total = max_of(total, min(d * clamp(hosts, 1, 1048576), 4503599627370496)) end
         local part = ceil_div(PARTS * d, total)
         local rate_cap = part
-        if total <= PARTS then rate_cap = PARTS end
+        if 2 * PARTS >= 3 * total then rate_cap = PARTS end
         local bcap = (cap - cap % PARTS) / PARTS * part + ceil_div((cap % PARTS) * part, PARTS)
         for k = 1, 2 do
           if asked[k] then
@@ -1084,7 +1088,7 @@ function(keys, argv)
       local t = now
       if bk[1] ~= 0 and bk[9] > t then t = bk[9] end
       local granted, g
-      a, b, c, bk, granted, g = share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, need, sh)
+      a, b, c, bk, granted, g = share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, need, hosts, sh)
       local ok, rem, reset, retry = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
       retry = 0
       if need > 0 and granted == 0 then

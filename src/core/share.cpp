@@ -69,7 +69,7 @@ void share_give_back(ShareBook& b, const ShareAsk& ask) {
 }
 
 ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, const ShareAsk& ask, int64_t need,
-                       bool* admitted) {
+                       int64_t hosts, bool* admitted) {
     ShareGrant g;
     *admitted = false;
     if (ask.epoch_us <= 0 || !share_fits(p, ask.epoch_us)) return g;
@@ -90,14 +90,20 @@ ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, con
     }
     const int64_t d = clamp(ask.demand, 0, kShareDemandMax);
     bool asked[2];
-    for (int k = 0; k < 2; k++) {
-        asked[k] = ask.rate[k] > 0 || ask.burst[k] > 0;
-        if (asked[k]) b.demand[k] = min64(b.demand[k] + d, kExact);
-    }
-    const int64_t total = max64(max64(b.demand[0], b.demand[1]), max64(d, 1));
-    // The host's part of the demands reported, in parts (at most all of it).
+    for (int k = 0; k < 2; k++) asked[k] = ask.rate[k] > 0 || ask.burst[k] > 0;
+    // A demand is recorded by an ask for the next epoch alone: the host's measured demand, once
+    // per epoch. An ask for the current epoch (a key not used lately, or a share that falls
+    // short) counts its demand for its own part only.
+    if (asked[1] && !asked[0]) b.demand[1] = min64(b.demand[1] + d, kExact);
+    int64_t total = max64(max64(b.demand[0], b.demand[1]), max64(d, 1));
+    if (b.demand[0] == 0) total = max64(total, min64(d * clamp(hosts, 1, 1 << 20), kExact));
+    // The host's part of the demands reported, in parts (at most all of it): of the burst always,
+    // of the rate once the demands (with headroom) exceed it. The demands of the current epoch
+    // (reported during the one before) count for the next one too: every host's part is fair
+    // from its second epoch on.
     const int64_t part = ceil_div(kShareParts * d, total);
-    const int64_t rate_cap = total <= kShareParts ? kShareParts : part;
+    // While the demands with half as much again fit the rate, a host may take what it wants.
+    const int64_t rate_cap = 2 * kShareParts >= 3 * total ? kShareParts : part;
     const int64_t burst_cap = (cap / kShareParts) * part + ceil_div((cap % kShareParts) * part, kShareParts);
     for (int k = 0; k < 2; k++) {
         if (!asked[k]) continue;
@@ -200,26 +206,25 @@ bool share_take(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64
     return true;
 }
 
-void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64_t epoch_us, const ShareGrant& g) {
+void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const ShareAsk& asked, const ShareGrant& g) {
+    const int64_t epoch_us = asked.epoch_us;
     if (g.epoch_at <= 0 || epoch_us <= 0) return;
     if (h.epoch_us != epoch_us) h = HostShare{};  // another interval: start afresh
     h.epoch_us = epoch_us;
     if (h.at == 0) h.at = now;
     share_advance(h, p, now, guard);
     for (int k = 0; k < 2; k++) {
-        if (g.rate[k] == 0 && g.burst[k] == 0) continue;
+        if (asked.rate[k] == 0 && asked.burst[k] == 0) continue;
         int64_t at = g.epoch_at + k * epoch_us;
         if (at + epoch_us <= now) continue;  // over (a reply that came late)
         Share* slot = nullptr;
         for (Share& s : h.held) {
             if (s.at == at) slot = &s;
         }
-        if (slot == nullptr) {
-            for (Share& s : h.held) {
-                if (slot == nullptr && s.at == 0) slot = &s;
-            }
+        for (Share& s : h.held) {
+            if (slot == nullptr && s.at == 0) slot = &s;
         }
-        if (slot == nullptr) {  // both held are other epochs: keep the later ones
+        if (slot == nullptr) {  // both held are other epochs: the older goes, if older
             slot = h.held[0].at < h.held[1].at ? &h.held[0] : &h.held[1];
             if (slot->at > at) continue;
             *slot = Share{};
@@ -242,6 +247,70 @@ int64_t share_demand(const Policy& p, int64_t units, int64_t span_us) {
     __int128 den = static_cast<__int128>(p.requests) * span_us;
     __int128 d = (num + den - 1) / den;
     return d > kShareDemandMax ? kShareDemandMax : static_cast<int64_t>(d);
+}
+
+ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts) {
+    ShareAsk a;
+    a.epoch_us = epoch_us;
+    hosts = clamp(hosts, 1, kShareParts);
+    a.demand = ceil_div(kShareParts, hosts);
+    for (int k = 0; k < 2; k++) {
+        a.rate[k] = a.demand;
+        a.burst[k] = ceil_div(p.capacity(), hosts);
+    }
+    return a;
+}
+
+ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int64_t epoch_us, int64_t now,
+                         int64_t demand) {
+    ShareAsk ask;
+    if (epoch_us <= 0 || demand <= 0) return ask;
+    const int64_t cur = window_start(now, epoch_us), next = cur + epoch_us;
+    const int64_t want = min64(kShareParts, demand + demand / 2 + 1);
+    const int64_t cap = p.capacity();
+    Share have[2];
+    for (const Share& s : h.held) {
+        if (s.at != 0 && s.at == cur) have[0] = s;
+        if (s.at != 0 && s.at == next) have[1] = s;
+    }
+    ask.epoch_us = epoch_us;
+    ask.demand = demand;
+    if (a.asked_next != next) {
+        ask.rate[1] = max64(want - have[1].rate, 0);
+        ask.burst[1] = max64(cap - have[1].burst, 0);
+        if (ask.rate[1] == 0 && ask.burst[1] == 0) ask.rate[1] = 1;  // its demand recorded all the same
+        a.asked_next = next;
+    } else if (have[0].rate < demand && have[0].rate < want && a.capped == 0 && a.asked_more != cur) {
+        ask.rate[0] = want - have[0].rate;
+        ask.burst[0] = max64(cap - have[0].burst, 0);
+        a.asked_more = cur;
+    } else {
+        ask.epoch_us = 0;
+    }
+    return ask;
+}
+
+ShareAsk share_give_back_ask(HostShare& h) {
+    ShareAsk ask;
+    if (h.epoch_us <= 0) return ask;
+    ask.epoch_us = h.epoch_us;
+    ask.back_at = h.held[0].at != 0 ? h.held[0].at : h.held[1].at;
+    for (const Share& s : h.held) {
+        if (s.at == 0 || ask.back_at == 0) continue;
+        int j = s.at == ask.back_at ? 0 : (s.at == ask.back_at + h.epoch_us ? 1 : -1);
+        if (j < 0) continue;
+        ask.back_rate[j] = s.rate;
+        ask.back_burst[j] = s.burst;
+    }
+    const int64_t epoch_us = h.epoch_us;
+    h = HostShare{};
+    h.epoch_us = epoch_us;
+    if (ask.back_at == 0) ask.epoch_us = 0;
+    return ask;
+}
+
+void share_asks_reply(ShareAsks& a, const ShareAsk& sent, const ShareGrant& g) {
+    if (sent.rate[1] > 0) a.capped = g.rate[1] < sent.rate[1] ? 1 : 0;
 }
 
 }  // namespace rl

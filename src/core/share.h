@@ -66,11 +66,14 @@ void share_give_back(ShareBook& book, const ShareAsk& ask);
 
 // The grant at `now` (after share_settle): `need` units (requests waiting, no share held) are
 // admitted from the pool if they fit (*admitted; else 0); then each epoch asked gets at most what
-// is free and, once the demands reported sum above the rate, its part of them (a burst always
-// its part of the demands); the pool is floored at the new B. A new share's bucket starts empty:
+// is free and at most the host's part of the burst, d / D (D: the larger of the demands recorded
+// for the two epochs and d; a demand is recorded by an ask for the next epoch alone), and of the
+// rate once 1.5 D exceeds it; the pool is floored at the new B. A new share's bucket starts empty:
 // no token is ever in flight. `s` is updated.
+// While no demand is recorded for the current epoch (the first one of a key), D is taken as at
+// least `hosts` times d.
 ShareGrant share_grant(State& s, ShareBook& book, const Policy& p, int64_t now, const ShareAsk& ask, int64_t need,
-                       bool* admitted);
+                       int64_t hosts, bool* admitted);
 
 // When nothing of the book is in force any more: the key's TTL must reach at least that far.
 inline int64_t share_book_end(const ShareBook& b) { return b.empty() ? 0 : b.epoch_at + 2 * b.epoch_us; }
@@ -106,13 +109,38 @@ int64_t share_available(const HostShare& h, const Policy& p);
 bool share_take(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64_t cost);
 
 // A grant's reply at `now`: the shares add to those held of the same epoch (the bucket refilled
-// up to now first, at what it held).
-void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64_t epoch_us, const ShareGrant& g);
+// up to now first, at what it held). An epoch asked is held from then on, even with nothing
+// granted: the host rejects on it until it ends instead of asking again.
+void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const ShareAsk& asked, const ShareGrant& g);
 
 // Whether the host holds a share for the epoch `epoch_at`.
 bool share_holds(const HostShare& h, int64_t epoch_at);
 
 // A demand in parts of the rate: `units` arrived over `span_us`.
 int64_t share_demand(const Policy& p, int64_t units, int64_t span_us);
+
+// What a host asks, per key.
+struct ShareAsks {
+    int64_t asked_next = 0;  // the epoch whose share it last asked ahead
+    int64_t asked_more = 0;  // the epoch it last asked more of
+    int64_t capped = 0;      // 1: its last ask ahead got less than it wanted (the rate is all taken)
+};
+
+// A key without a share for the current epoch (a request waits): an equal part (1 / hosts) of
+// the rate and of the burst, for the current epoch and the next.
+ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts);
+
+// At a round at `now` (Redis's clock as read by the host), `demand` (parts) measured over the
+// last epoch: the next epoch's share (once per epoch: its demand and half as much again, and
+// all the burst it can get), or else, when its share of the current one falls short of its
+// demand and the rate was not all taken, more of it (once per epoch). epoch_us == 0: nothing.
+ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int64_t epoch_us, int64_t now,
+                         int64_t demand);
+
+// Unused shares given back (the host uses them no more: h is emptied).
+ShareAsk share_give_back_ask(HostShare& h);
+
+// After a reply: whether the rate is all taken.
+void share_asks_reply(ShareAsks& a, const ShareAsk& sent, const ShareGrant& g);
 
 }  // namespace rl

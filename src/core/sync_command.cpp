@@ -71,7 +71,7 @@ SyncResult share_key(const State& s, const SyncItem& it, int64_t now, Decision* 
     const int64_t need = count_of(it.need);
     bool admitted = false;
     SyncResult out;
-    out.share = share_grant(st, b, p, t, it.share, need, &admitted);
+    out.share = share_grant(st, b, p, t, it.share, need, it.hosts, &admitted);
     out.global = st;
     out.granted = admitted ? need : 0;
     Policy unshaped = p;
