@@ -1017,9 +1017,10 @@ function(keys, argv)
         g[1] = bk[1]
         local cap = burst + 1
         local level = level_at(algo, a, b, c, t, refill, depth)
-        if need > 0 and need <= cap and level <= depth - need * tok then
-          level = level + need * tok
-          granted = need
+        if need > 0 and level < depth then
+          local room = depth - level
+          granted = min(min(need, cap), (room - room % tok) / tok)
+          level = level + granted * tok
         end
         local d = clamp(dem, 0, DMAX)
         local wr, wb, asked = {wr0, wr1}, {wb0, wb1}, {}

@@ -4,6 +4,7 @@
 #include "decide.h"
 #include "exact_math.h"
 #include "sync.h"
+#include "sync_command.h"
 
 namespace rl {
 
@@ -69,9 +70,9 @@ void share_give_back(ShareBook& b, const ShareAsk& ask) {
 }
 
 ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, const ShareAsk& ask, int64_t need,
-                       int64_t hosts, bool* admitted) {
+                       int64_t hosts, int64_t* admitted) {
     ShareGrant g;
-    *admitted = false;
+    *admitted = 0;
     if (ask.epoch_us <= 0 || !share_fits(p, ask.epoch_us)) return g;
     if (b.empty()) {
         b = ShareBook{};
@@ -83,10 +84,11 @@ ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, con
     g.epoch_at = b.epoch_at;
     const int64_t cap = p.capacity();
     int64_t level = bucket_level(s, p, now);
-    // The requests waiting: admitted by Redis now, from the pool, before the new shares take it.
-    if (need > 0 && need <= cap && level <= p.depth - need * p.token) {
-        level += need * p.token;
-        *admitted = true;
+    // The requests waiting: admitted by Redis now, from the pool (as many as it holds), before the
+    // new shares take it.
+    if (need > 0 && level < p.depth) {
+        *admitted = min64(min64(need, cap), (p.depth - level) / p.token);
+        level += *admitted * p.token;
     }
     const int64_t d = clamp(ask.demand, 0, kShareDemandMax);
     bool asked[2];
@@ -254,10 +256,8 @@ ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts) {
     a.epoch_us = epoch_us;
     hosts = clamp(hosts, 1, kShareParts);
     a.demand = ceil_div(kShareParts, hosts);
-    for (int k = 0; k < 2; k++) {
-        a.rate[k] = a.demand;
-        a.burst[k] = ceil_div(p.capacity(), hosts);
-    }
+    a.rate[0] = a.demand;
+    a.burst[0] = ceil_div(p.capacity(), hosts);
     return a;
 }
 
@@ -267,7 +267,11 @@ ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int6
     if (epoch_us <= 0 || demand <= 0) return ask;
     const int64_t cur = window_start(now, epoch_us), next = cur + epoch_us;
     const int64_t want = min64(kShareParts, demand + demand / 2 + 1);
-    const int64_t cap = p.capacity();
+    // A burst of what its demand brings in half an epoch (one interval), and one: the rest of the
+    // burst stays in the pool, for the requests of any host that its bucket cannot admit.
+    const __int128 per_half = static_cast<__int128>(demand) * p.requests * (epoch_us / 2) /
+                              (static_cast<__int128>(kShareParts) * p.period_us);
+    const int64_t cap = per_half + 1 < p.capacity() ? static_cast<int64_t>(per_half) + 1 : p.capacity();
     Share have[2];
     for (const Share& s : h.held) {
         if (s.at != 0 && s.at == cur) have[0] = s;
@@ -309,8 +313,19 @@ ShareAsk share_give_back_ask(HostShare& h) {
     return ask;
 }
 
-void share_asks_reply(ShareAsks& a, const ShareAsk& sent, const ShareGrant& g) {
-    if (sent.rate[1] > 0) a.capped = g.rate[1] < sent.rate[1] ? 1 : 0;
+bool share_may_draw(const ShareAsks& a, int64_t epoch_us, int64_t now) {
+    return epoch_us > 0 && a.dry != window_start(now, epoch_us);
+}
+
+ShareAsk share_draw_ask(int64_t epoch_us) {
+    ShareAsk ask;
+    ask.epoch_us = epoch_us;
+    return ask;
+}
+
+void share_asks_reply(ShareAsks& a, const SyncItem& sent, const SyncResult& r, int64_t now) {
+    if (sent.share.rate[1] > 0) a.capped = r.share.rate[1] < sent.share.rate[1] ? 1 : 0;
+    if (sent.need > 0 && r.granted < sent.need && sent.share.epoch_us > 0) a.dry = window_start(now, sent.share.epoch_us);
 }
 
 }  // namespace rl

@@ -19,6 +19,11 @@
 #include "state.h"
 
 namespace rl {
+struct SyncItem;
+struct SyncResult;
+}  // namespace rl
+
+namespace rl {
 
 constexpr int64_t kShareParts = int64_t{1} << 16;         // a rate share: parts of the policy's rate
 constexpr int64_t kShareDemandMax = int64_t{1} << 24;     // a demand (parts) is counted up to 256 rates
@@ -64,8 +69,8 @@ State share_settle(const State& s, ShareBook& book, const Policy& p, int64_t now
 // Subtracts what a host gives back (never below 0), at `now` (after share_settle).
 void share_give_back(ShareBook& book, const ShareAsk& ask);
 
-// The grant at `now` (after share_settle): `need` units (requests waiting, no share held) are
-// admitted from the pool if they fit (*admitted; else 0); then each epoch asked gets at most what
+// The grant at `now` (after share_settle): of `need` units (requests waiting: no share held, or
+// its bucket empty), as many as the pool holds are admitted from it (*admitted); then each epoch asked gets at most what
 // is free and at most the host's part of the burst, d / D (D: the larger of the demands recorded
 // for the two epochs and d; a demand is recorded by an ask for the next epoch alone), and of the
 // rate once 1.5 D exceeds it; the pool is floored at the new B. A new share's bucket starts empty:
@@ -73,7 +78,7 @@ void share_give_back(ShareBook& book, const ShareAsk& ask);
 // While no demand is recorded for the current epoch (the first one of a key), D is taken as at
 // least `hosts` times d.
 ShareGrant share_grant(State& s, ShareBook& book, const Policy& p, int64_t now, const ShareAsk& ask, int64_t need,
-                       int64_t hosts, bool* admitted);
+                       int64_t hosts, int64_t* admitted);
 
 // When nothing of the book is in force any more: the key's TTL must reach at least that far.
 inline int64_t share_book_end(const ShareBook& b) { return b.empty() ? 0 : b.epoch_at + 2 * b.epoch_us; }
@@ -124,15 +129,25 @@ struct ShareAsks {
     int64_t asked_next = 0;  // the epoch whose share it last asked ahead
     int64_t asked_more = 0;  // the epoch it last asked more of
     int64_t capped = 0;      // 1: its last ask ahead got less than it wanted (the rate is all taken)
+    int64_t dry = 0;         // the epoch in which the pool last had nothing for a request that waited
 };
 
+// A request its bucket cannot admit (a share held): whether it waits for units from the pool
+// (Redis's tokens no share holds) rather than being rejected: not once the pool had nothing
+// this epoch (at most one call in vain per epoch).
+bool share_may_draw(const ShareAsks& a, int64_t epoch_us, int64_t now);
+
+// A draw: the requests' units from the pool, nothing else.
+ShareAsk share_draw_ask(int64_t epoch_us);
+
 // A key without a share for the current epoch (a request waits): an equal part (1 / hosts) of
-// the rate and of the burst, for the current epoch and the next.
+// the rate and of the burst, for the current epoch (the next is asked at the next round, on the
+// demand measured meanwhile).
 ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts);
 
 // At a round at `now` (Redis's clock as read by the host), `demand` (parts) measured over the
-// last epoch: the next epoch's share (once per epoch: its demand and half as much again, and
-// all the burst it can get), or else, when its share of the current one falls short of its
+// last epoch: the next epoch's share (once per epoch: its demand and half as much again, and a
+// burst of what that demand brings in half an epoch; the rest of the burst stays in the pool), or else, when its share of the current one falls short of its
 // demand and the rate was not all taken, more of it (once per epoch). epoch_us == 0: nothing.
 ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int64_t epoch_us, int64_t now,
                          int64_t demand);
@@ -140,7 +155,7 @@ ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int6
 // Unused shares given back (the host uses them no more: h is emptied).
 ShareAsk share_give_back_ask(HostShare& h);
 
-// After a reply: whether the rate is all taken.
-void share_asks_reply(ShareAsks& a, const ShareAsk& sent, const ShareGrant& g);
+// After a reply (at `now`): whether the rate is all taken, and the pool dry.
+void share_asks_reply(ShareAsks& a, const SyncItem& sent, const SyncResult& r, int64_t now);
 
 }  // namespace rl

@@ -69,14 +69,14 @@ SyncResult share_key(const State& s, const SyncItem& it, int64_t now, Decision* 
         if (!b.empty() && bucket_level(st, p, t) < b.burst[0] * p.token) st = bucket_at_level(st, p, t, b.burst[0] * p.token);
     }
     const int64_t need = count_of(it.need);
-    bool admitted = false;
+    int64_t admitted = 0;
     SyncResult out;
     out.share = share_grant(st, b, p, t, it.share, need, it.hosts, &admitted);
     out.global = st;
-    out.granted = admitted ? need : 0;
+    out.granted = admitted;
     Policy unshaped = p;
     unshaped.delay_level = unshaped.max_delay_units = kNoDelay;
-    if (need > 0 && !admitted) out.retry_after_us = decide(st, unshaped, now, need).retry_after_us;
+    if (need > 0 && admitted == 0) out.retry_after_us = decide(st, unshaped, now, need).retry_after_us;
     if (decision != nullptr) {
         *decision = decide(st, unshaped, now, 0);
         if (!b.empty()) decision->reset_us += share_book_end(b) - now;

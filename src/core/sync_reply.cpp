@@ -169,10 +169,10 @@ KeyReply take_key_reply(SyncKeyState& k, const SyncItem& sent, const SyncResult&
     return out;
 }
 
-bool take_share_reply(HostShare& h, const SyncItem& sent, const SyncResult& r, int64_t now, int64_t guard) {
+int64_t take_share_reply(HostShare& h, const SyncItem& sent, const SyncResult& r, int64_t now, int64_t guard) {
     const Policy& p = *sent.policy;
     share_add(h, p, now, guard, sent.share, r.share);
-    return sent.need > 0 && r.granted >= sent.need;
+    return sent.need > 0 ? (r.granted < sent.need ? r.granted : sent.need) : 0;
 }
 
 bool refresh_due(int64_t& refresh_at, int64_t now, int64_t interval_us) {

@@ -86,9 +86,9 @@ KeyReply take_key_reply(SyncKeyState& k, const SyncItem& sent, const SyncResult&
                         const ReplyBounds& b);
 
 // Shares (share.h): a reply within the rule (check_key_reply) at the host's `now` (its reading of
-// Redis's clock): the shares granted add to those held; true if the requests that waited for
-// `need` were admitted by Redis (from the pool, at the grant).
-bool take_share_reply(HostShare& h, const SyncItem& sent, const SyncResult& r, int64_t now, int64_t guard);
+// Redis's clock): the shares granted add to those held; returns how many of the units of the
+// requests that waited (`need`) Redis admitted (from the pool, at the grant).
+int64_t take_share_reply(HostShare& h, const SyncItem& sent, const SyncResult& r, int64_t now, int64_t guard);
 
 // Whether Redis kept a bucket's given-back units (granted above them since), seen from the
 // state after the call; false (dropped: they drain) when the item also carried a delta or an
