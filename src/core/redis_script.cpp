@@ -986,6 +986,9 @@ function(keys, argv)
       elseif w == bk[1] + bk[2] then
         bk = {w, bk[2], bk[4], 0, bk[6], 0, bk[8], 0, bk[9]}
       end
+      if bk[3] == 0 and bk[4] == 0 and bk[5] == 0 and bk[6] == 0 and bk[7] == 0 and bk[8] == 0 then
+        bk = {0, 0, 0, 0, 0, 0, 0, 0, 0}
+      end
       if bk[1] ~= 0 then
         bk[9] = t
         if level < bk[5] * tok then level = bk[5] * tok end

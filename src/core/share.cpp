@@ -51,6 +51,8 @@ State share_settle(const State& s, ShareBook& b, const Policy& p, int64_t now) {
         b.demand[0] = b.demand[1];
         b.rate[1] = b.burst[1] = b.demand[1] = 0;
     }
+    if (b.rate[0] == 0 && b.rate[1] == 0 && b.burst[0] == 0 && b.burst[1] == 0 && b.demand[0] == 0 && b.demand[1] == 0)
+        b = ShareBook{};  // nothing held, nothing recorded
     if (!b.empty()) {
         b.settled_at = now;
         level = max64(level, b.burst[0] * p.token);
