@@ -53,7 +53,7 @@ TEST(SharePool, RefillsAtTheRateNotSharedAndHoldsAtMostWhatNoShareHolds) {
     s = rl::share_settle(s, b, p, kT0 + 2 * kQ + 1);
     EXPECT_TRUE(b.empty());
     EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 1), 70);
-    EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 21 * kMs), 90);
+    EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 20 * kMs), 90);
     EXPECT_EQ(tokens_of(s, p, kT0 + 3 * kQ), 100);
 }
 
