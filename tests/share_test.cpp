@@ -28,8 +28,8 @@ TEST(SharePool, RefillsAtTheRateNotSharedAndHoldsAtMostWhatNoShareHolds) {
     ask.demand = S / 4;
     ask.rate[0] = ask.rate[1] = S / 4;
     ask.burst[0] = ask.burst[1] = 30;
-    int64_t admitted = 0;
-    rl::ShareGrant g = rl::share_grant(s, b, p, kT0, ask, 5, 1, &admitted);
+    int64_t admitted = 0, moved = 0;
+    rl::ShareGrant g = rl::share_grant(s, b, p, kT0, ask, 5, 0, 1, &admitted, &moved);
     EXPECT_EQ(admitted, 5);  // from the pool, before the share takes its part
     EXPECT_EQ(g.epoch_at, kT0);
     EXPECT_EQ(g.rate[0], S / 4);
@@ -61,14 +61,14 @@ TEST(SharePool, GrantsAtMostWhatIsFreeAndTheHostsPart) {
     rl::Policy p = rltest::policy(rl::Algo::token, 1000, kSec, 99);
     rl::State s;
     rl::ShareBook b;
-    int64_t admitted = 0;
+    int64_t admitted = 0, moved = 0;
     auto ask_next = [&](int64_t demand, int64_t rate, int64_t burst) {
         rl::ShareAsk a;
         a.epoch_us = kQ;
         a.demand = demand;
         a.rate[1] = rate;
         a.burst[1] = burst;
-        return rl::share_grant(s, b, p, kT0 + 10, a, 0, 4, &admitted);
+        return rl::share_grant(s, b, p, kT0 + 10, a, 0, 0, 4, &admitted, &moved);
     };
     // The first host of a key, no demand recorded yet: as if every host of 4 had its demand.
     rl::ShareGrant g1 = ask_next(S / 2, S, 100);
@@ -99,7 +99,7 @@ TEST(SharePool, GrantsAtMostWhatIsFreeAndTheHostsPart) {
     other.epoch_us = kQ / 2;
     other.demand = S;
     other.rate[0] = S;
-    EXPECT_EQ(rl::share_grant(s, b, p, kT0 + 20, other, 0, 1, &admitted).epoch_at, 0);
+    EXPECT_EQ(rl::share_grant(s, b, p, kT0 + 20, other, 0, 0, 1, &admitted, &moved).epoch_at, 0);
 }
 
 TEST(SharePool, NeedAdmittedAsFarAsThePoolHolds) {
@@ -108,13 +108,22 @@ TEST(SharePool, NeedAdmittedAsFarAsThePoolHolds) {
     rl::ShareBook b;
     rl::ShareAsk draw;
     draw.epoch_us = kQ;
-    int64_t admitted = 0;
-    rl::share_grant(s, b, p, kT0, draw, 7, 1, &admitted);
+    int64_t admitted = 0, moved = 0;
+    rl::share_grant(s, b, p, kT0, draw, 7, 5, 1, &admitted, &moved);
     EXPECT_EQ(admitted, 7);
-    rl::share_grant(s, b, p, kT0, draw, 7, 1, &admitted);
+    EXPECT_EQ(moved, 0);  // a draw: no share of the current epoch asked, nothing moved
+    rl::share_grant(s, b, p, kT0, draw, 7, 5, 1, &admitted, &moved);
     EXPECT_EQ(admitted, 3);
-    rl::share_grant(s, b, p, kT0, draw, 1, 1, &admitted);
+    rl::share_grant(s, b, p, kT0, draw, 1, 0, 1, &admitted, &moved);
     EXPECT_EQ(admitted, 0);
+    // A first share of the current epoch: its bucket starts with units of the pool, up to its burst.
+    rl::State fresh;
+    rl::ShareBook fb;
+    rl::ShareAsk cold = rl::share_cold_ask(p, kQ, 2);  // burst 5 of 10
+    rl::share_grant(fresh, fb, p, kT0, cold, 1, 9, 2, &admitted, &moved);
+    EXPECT_EQ(admitted, 1);
+    EXPECT_EQ(moved, 5);
+    EXPECT_EQ(tokens_of(fresh, p, kT0), 4);  // 10 - 1 - 5, and at most C - B = 5
     // Through sync_key: the reply says how many, and when the rest would fit.
     rl::SyncItem it;
     it.policy = &p;
@@ -139,7 +148,7 @@ TEST(ShareHost, RefillsAtItsRateUpToItsBurstAndTakesTheSmallerShareAtABoundary) 
     g.rate[1] = S / 4;  // 250/s
     g.burst[1] = 10;
     const int64_t guard = 2 * kMs;
-    rl::share_add(h, p, kT0 + 10 * kMs, guard, asked, g);
+    rl::share_add(h, p, kT0 + 10 * kMs, guard, asked, g, 0);
     EXPECT_TRUE(rl::share_holds(h, kT0));
     EXPECT_TRUE(rl::share_holds(h, kT0 + kQ));
     EXPECT_FALSE(rl::share_take(h, p, kT0 + 10 * kMs, guard, 1));  // a new share's bucket starts empty

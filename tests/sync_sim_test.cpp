@@ -420,10 +420,10 @@ class Sim {
     void share_ask(Host& h, int host, int64_t t) {
         rl::SyncItem it = item();
         it.need = std::min(h.pending, sc_.p.capacity());
-        it.want = it.need;
         const int64_t ht = t + h.skew;
         bool cold = !rl::share_holds(h.share, rl::window_start(ht, epoch_));
         it.share = cold ? rl::share_cold_ask(sc_.p, epoch_, sc_.hosts) : rl::share_draw_ask(epoch_);
+        it.want = cold ? it.share.burst[0] : 0;  // units wanted in its new bucket
         if (cold) h.asks.asked_more = rl::window_start(ht, epoch_);
         h.waiting += h.pending - it.need;
         h.pending = 0;

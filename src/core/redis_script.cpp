@@ -683,7 +683,9 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             if S then s = S[key] end
             if s == nil then
               s = pget('GET', key)
-              if s and #s ~= 24 then
+              if s and #s == 96 then
+                s = string.sub(s, 1, 24)  -- a lease zone's shares follow (sync_command.h): not seen here
+              elseif s and #s ~= 24 then
                 -- The earlier layout (or WRONGTYPE from HMGET on anything else).
                 local v = call('HMGET', key, 'a', 'b', 'c')
                 s = spack('<ddd', tonum(v[1]) or 0, tonum(v[2]) or 0, tonum(v[3]) or 0)
@@ -963,7 +965,7 @@ function(keys, argv)
     return y
   end
 
-  local function share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, need, hosts, sh)
+  local function share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, want, need, hosts, sh)
     local ep, dem, wr0, wr1, wb0, wb1, bat, br0, br1, bb0, bb1 = unpk(sh)
     if bk[1] ~= 0 then
       local level = level_at(algo, a, b, c, bk[9], refill, depth)
@@ -1048,6 +1050,12 @@ function(keys, argv)
             g[1 + k], g[3 + k] = q, n
           end
         end
+        if want > 0 and g[4] > 0 and granted == need and level < depth then
+          local room = depth - level
+          local moved = min(min(want, g[4]), (room - room % tok) / tok)
+          level = level + moved * tok
+          granted = granted + moved
+        end
         if level < bk[5] * tok then level = bk[5] * tok end
         a, b, c = with_level(algo, a, b, c, t, level, refill, depth)
       end
@@ -1092,7 +1100,7 @@ function(keys, argv)
       local t = now
       if bk[1] ~= 0 and bk[9] > t then t = bk[9] end
       local granted, g
-      a, b, c, bk, granted, g = share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, need, hosts, sh)
+      a, b, c, bk, granted, g = share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, want, need, hosts, sh)
       local ok, rem, reset, retry = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
       retry = 0
       if need > 0 and granted == 0 then

@@ -72,9 +72,9 @@ void share_give_back(ShareBook& b, const ShareAsk& ask) {
 }
 
 ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, const ShareAsk& ask, int64_t need,
-                       int64_t hosts, int64_t* admitted) {
+                       int64_t tokens, int64_t hosts, int64_t* admitted, int64_t* moved) {
     ShareGrant g;
-    *admitted = 0;
+    *admitted = *moved = 0;
     if (ask.epoch_us <= 0 || !share_fits(p, ask.epoch_us)) return g;
     if (b.empty()) {
         b = ShareBook{};
@@ -119,6 +119,13 @@ ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, con
         b.burst[k] += u;
         g.rate[k] = q;
         g.burst[k] = u;
+    }
+    // A first share of the current epoch starts with units of the pool, up to its burst, if the
+    // requests waiting got all they needed: the host held nothing of this epoch, so its bucket
+    // with them stays within the burst counted for it, even while they travel.
+    if (tokens > 0 && g.burst[0] > 0 && *admitted == need && level < p.depth) {
+        *moved = min64(min64(tokens, g.burst[0]), (p.depth - level) / p.token);
+        level += *moved * p.token;
     }
     level = max64(level, b.burst[0] * p.token);
     s = bucket_at_level(s, p, now, level);
@@ -210,7 +217,8 @@ bool share_take(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64
     return true;
 }
 
-void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const ShareAsk& asked, const ShareGrant& g) {
+void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const ShareAsk& asked, const ShareGrant& g,
+               int64_t tokens) {
     const int64_t epoch_us = asked.epoch_us;
     if (g.epoch_at <= 0 || epoch_us <= 0) return;
     if (h.epoch_us != epoch_us) h = HostShare{};  // another interval: start afresh
@@ -242,6 +250,13 @@ void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const 
         h.held[0] = h.held[1];
         h.held[1] = x;
     }
+    // Units moved from the pool into its bucket: never above the share in force now (a reply
+    // later than its epoch brings none).
+    if (tokens > 0) {
+        Share e = share_effective(h, now, guard);
+        __int128 t = static_cast<__int128>(h.tokens) + static_cast<__int128>(tokens) * p.token;
+        h.tokens = t > e.burst * p.token ? e.burst * p.token : static_cast<int64_t>(t);
+    }
 }
 
 int64_t share_demand(const Policy& p, int64_t units, int64_t span_us) {
@@ -260,7 +275,7 @@ ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts) {
     a.demand = ceil_div(kShareParts, hosts);
     a.rate[0] = a.demand;
     a.burst[0] = ceil_div(p.capacity(), hosts);
-    return a;
+    return a;  // (the units wanted in its bucket, sent as the item's `want`: its burst)
 }
 
 ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int64_t epoch_us, int64_t now,

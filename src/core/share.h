@@ -77,8 +77,10 @@ void share_give_back(ShareBook& book, const ShareAsk& ask);
 // no token is ever in flight. `s` is updated.
 // While no demand is recorded for the current epoch (the first one of a key), D is taken as at
 // least `hosts` times d.
+// Then, if the need was all admitted and the current epoch is asked (the host holds none of it),
+// up to `tokens` more units, at most its burst, move from the pool into its bucket (*moved).
 ShareGrant share_grant(State& s, ShareBook& book, const Policy& p, int64_t now, const ShareAsk& ask, int64_t need,
-                       int64_t hosts, int64_t* admitted);
+                       int64_t tokens, int64_t hosts, int64_t* admitted, int64_t* moved);
 
 // When nothing of the book is in force any more: the key's TTL must reach at least that far.
 inline int64_t share_book_end(const ShareBook& b) { return b.empty() ? 0 : b.epoch_at + 2 * b.epoch_us; }
@@ -116,7 +118,9 @@ bool share_take(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64
 // A grant's reply at `now`: the shares add to those held of the same epoch (the bucket refilled
 // up to now first, at what it held). An epoch asked is held from then on, even with nothing
 // granted: the host rejects on it until it ends instead of asking again.
-void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const ShareAsk& asked, const ShareGrant& g);
+// `tokens` units moved from the pool fill its bucket, never above the share in force now.
+void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const ShareAsk& asked, const ShareGrant& g,
+               int64_t tokens);
 
 // Whether the host holds a share for the epoch `epoch_at`.
 bool share_holds(const HostShare& h, int64_t epoch_at);

@@ -69,11 +69,11 @@ SyncResult share_key(const State& s, const SyncItem& it, int64_t now, Decision* 
         if (!b.empty() && bucket_level(st, p, t) < b.burst[0] * p.token) st = bucket_at_level(st, p, t, b.burst[0] * p.token);
     }
     const int64_t need = count_of(it.need);
-    int64_t admitted = 0;
+    int64_t admitted = 0, moved = 0;
     SyncResult out;
-    out.share = share_grant(st, b, p, t, it.share, need, it.hosts, &admitted);
+    out.share = share_grant(st, b, p, t, it.share, need, count_of(it.want), it.hosts, &admitted, &moved);
     out.global = st;
-    out.granted = admitted;
+    out.granted = admitted + moved;  // the need's units first, then those moved into its bucket
     Policy unshaped = p;
     unshaped.delay_level = unshaped.max_delay_units = kNoDelay;
     if (need > 0 && admitted == 0) out.retry_after_us = decide(st, unshaped, now, need).retry_after_us;

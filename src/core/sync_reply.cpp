@@ -77,7 +77,9 @@ const char* reply_fault_text(ReplyFault f) {
 
 ReplyFault check_key_reply(const Policy& p, const SyncItem& sent, const SyncResult& r, int64_t redis_now,
                            const ReplyBounds& b) {
-    if (!in(r.granted, 0, max64(sent.want, sent.need)) || r.granted > p.capacity()) return ReplyFault::granted;
+    const int64_t most = sent.share.epoch_us > 0 ? sent.want + sent.need : max64(sent.want, sent.need);
+    if (!in(r.granted, 0, most) || r.granted > (sent.share.epoch_us > 0 ? 2 : 1) * p.capacity())
+        return ReplyFault::granted;
     // Shares: at most what was asked, in an epoch of the grid that has begun by Redis's clock.
     const ShareAsk& a = sent.share;
     const ShareGrant& g = r.share;
@@ -171,8 +173,9 @@ KeyReply take_key_reply(SyncKeyState& k, const SyncItem& sent, const SyncResult&
 
 int64_t take_share_reply(HostShare& h, const SyncItem& sent, const SyncResult& r, int64_t now, int64_t guard) {
     const Policy& p = *sent.policy;
-    share_add(h, p, now, guard, sent.share, r.share);
-    return sent.need > 0 ? (r.granted < sent.need ? r.granted : sent.need) : 0;
+    int64_t got = r.granted < sent.need ? r.granted : sent.need;
+    share_add(h, p, now, guard, sent.share, r.share, r.granted - got);
+    return got;
 }
 
 bool refresh_due(int64_t& refresh_at, int64_t now, int64_t interval_us) {
