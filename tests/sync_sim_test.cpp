@@ -437,7 +437,7 @@ class Sim {
         rl::SyncItem it = item();
         bool idle = h.last_seen <= t - 2 * epoch_;
         if (idle && (h.share.held[0].at != 0 || h.share.held[1].at != 0)) {
-            it.share = rl::share_give_back_ask(h.share);  // unused for two epochs: used no more from now
+            it.share = rl::share_give_back_ask(h.share, sc_.p, &it.give_back);  // unused for two epochs: used no more from now
             if (it.share.epoch_us > 0) send(host, it, t);
             return;
         }

@@ -1100,7 +1100,7 @@ function(keys, argv)
       local t = now
       if bk[1] ~= 0 and bk[9] > t then t = bk[9] end
       local granted, g
-      a, b, c, bk, granted, g = share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units, want, need, hosts, sh)
+      a, b, c, bk, granted, g = share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units - back, want, need, hosts, sh)
       local ok, rem, reset, retry = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
       retry = 0
       if need > 0 and granted == 0 then

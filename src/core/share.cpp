@@ -297,8 +297,10 @@ ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int6
     ask.epoch_us = epoch_us;
     ask.demand = demand;
     if (a.asked_next != next) {
+        // At least the units its bucket holds: they carry into the next epoch, not lost at its start.
+        const int64_t keep = min64(share_available(h, p), p.capacity());
         ask.rate[1] = max64(want - have[1].rate, 0);
-        ask.burst[1] = max64(cap - have[1].burst, 0);
+        ask.burst[1] = max64(max64(cap, keep) - have[1].burst, 0);
         if (ask.rate[1] == 0 && ask.burst[1] == 0) ask.rate[1] = 1;  // its demand recorded all the same
         a.asked_next = next;
     } else if (have[0].rate < demand && have[0].rate < want && a.capped == 0 && a.asked_more != cur) {
@@ -311,8 +313,9 @@ ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int6
     return ask;
 }
 
-ShareAsk share_give_back_ask(HostShare& h) {
+ShareAsk share_give_back_ask(HostShare& h, const Policy& p, int64_t* units) {
     ShareAsk ask;
+    *units = share_available(h, p);
     if (h.epoch_us <= 0) return ask;
     ask.epoch_us = h.epoch_us;
     ask.back_at = h.held[0].at != 0 ? h.held[0].at : h.held[1].at;
@@ -326,7 +329,10 @@ ShareAsk share_give_back_ask(HostShare& h) {
     const int64_t epoch_us = h.epoch_us;
     h = HostShare{};
     h.epoch_us = epoch_us;
-    if (ask.back_at == 0) ask.epoch_us = 0;
+    if (ask.back_at == 0) {
+        ask.epoch_us = 0;
+        *units = 0;
+    }
     return ask;
 }
 

@@ -151,13 +151,15 @@ ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts);
 
 // At a round at `now` (Redis's clock as read by the host), `demand` (parts) measured over the
 // last epoch: the next epoch's share (once per epoch: its demand and half as much again, and a
-// burst of what that demand brings in half an epoch; the rest of the burst stays in the pool), or else, when its share of the current one falls short of its
+// burst of what that demand brings in half an epoch, or of the units its bucket holds if more;
+// the rest of the burst stays in the pool), or else, when its share of the current one falls short of its
 // demand and the rate was not all taken, more of it (once per epoch). epoch_us == 0: nothing.
 ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int64_t epoch_us, int64_t now,
                          int64_t demand);
 
-// Unused shares given back (the host uses them no more: h is emptied).
-ShareAsk share_give_back_ask(HostShare& h);
+// Unused shares given back (the host uses them no more: h is emptied), with the units its bucket
+// held (*units: sent as the item's give_back; Redis puts them back in the pool, within C - B).
+ShareAsk share_give_back_ask(HostShare& h, const Policy& p, int64_t* units);
 
 // After a reply (at `now`): whether the rate is all taken, and the pool dry.
 void share_asks_reply(ShareAsks& a, const SyncItem& sent, const SyncResult& r, int64_t now);

@@ -63,9 +63,11 @@ SyncResult share_key(const State& s, const SyncItem& it, int64_t now, Decision* 
     const int64_t t = b.empty() || now > b.settled_at ? now : b.settled_at;
     State st = share_settle(s, b, p, t);
     share_give_back(b, it.share);
-    if (it.delta.units != 0) {
-        // Poured now: what a host admitted while Redis was away counts no earlier than this.
-        st = apply_delta(st, p, t, Delta{signed_of(it.delta.units), 0, t});
+    // Poured now: what a host admitted while Redis was away counts no earlier than this; the
+    // units a host gives back with its shares leave it (within C - B: the floor below).
+    const int64_t units = signed_of(it.delta.units) - count_of(it.give_back);
+    if (units != 0) {
+        st = apply_delta(st, p, t, Delta{units, 0, t});
         if (!b.empty() && bucket_level(st, p, t) < b.burst[0] * p.token) st = bucket_at_level(st, p, t, b.burst[0] * p.token);
     }
     const int64_t need = count_of(it.need);

@@ -63,8 +63,9 @@ struct SyncResult {
 // null) is the grant's decision, whose reset_us is the TTL of a written state.
 // A bucket key with a share book (*book, kept after the state in the key's value; null: none),
 // or an item asking shares, goes the shares' way instead (at max(now, the book's settled_at)):
-// share_settle, share_give_back, the delta poured then, share_grant (`need` admitted from the
-// pool); count-lease asks get nothing there. Its state and book are written on every call, for
+// share_settle, share_give_back, the delta poured then (less `give_back`: the units of the host's
+// bucket given back with its shares), share_grant (`need` admitted from the pool, `want` units
+// moved into a first share's bucket: granted = both); count-lease asks get nothing there. Its state and book are written on every call, for
 // the TTL of the decision plus the rest of the book's epochs.
 SyncResult sync_key(const State& s, const SyncItem& item, int64_t now, Decision* decision = nullptr,
                     ShareBook* book = nullptr) noexcept;

@@ -118,7 +118,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                 k->spent = 0;
                 bool holds = k->share.held[0].at != 0 || k->share.held[1].at != 0;
                 if (holds && (final || now - k->used_at >= 2 * epoch)) {
-                    si.share = rl::share_give_back_ask(k->share);
+                    si.share = rl::share_give_back_ask(k->share, *p, &si.give_back);
                     holds = false;
                 } else if (!final && units > 0 && (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
                     si.share = rl::share_round_ask(k->share, k->asks, *p, epoch, now, demand);
@@ -151,7 +151,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             if (si.delta.empty() && si.want == 0 && si.give_back == 0 && si.share.epoch_us == 0 && !refresh) continue;
             rl_sync_item_t* it = rl_sync_item_push(b, slot, p);
             if (it == nullptr) {  // out of memory: the key stays for the next round (a give-back of shares: they expire)
-                if (si.give_back > 0) k->lease = rl::Lease{si.give_back, si.give_back_top, si.give_back_at};
+                if (si.give_back > 0 && si.share.epoch_us == 0) k->lease = rl::Lease{si.give_back, si.give_back_top, si.give_back_at};
                 if (si.share.rate[1] > 0) k->asks.asked_next = 0;
                 if (si.share.epoch_us > 0 && si.share.back_at == 0) k->asked_at = 0;
                 k->refresh = refresh ? 1 : 0;
