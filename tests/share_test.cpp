@@ -119,7 +119,7 @@ TEST(SharePool, NeedAdmittedAsFarAsThePoolHolds) {
     // A first share of the current epoch: its bucket starts with units of the pool, up to its burst.
     rl::State fresh;
     rl::ShareBook fb;
-    rl::ShareAsk cold = rl::share_cold_ask(p, kQ, 2);  // burst 5 of 10
+    rl::ShareAsk cold = rl::share_cold_ask(p, kQ, 2, kT0);  // burst 5 of 10
     rl::share_grant(fresh, fb, p, kT0, cold, 1, 9, 2, &admitted, &moved);
     EXPECT_EQ(admitted, 1);
     EXPECT_EQ(moved, 5);
@@ -174,7 +174,7 @@ TEST(ShareHost, AsksFollowDemand) {
     rl::Policy p = rltest::policy(rl::Algo::gcra, 1000, kSec, 99);
     rl::HostShare h;
     rl::ShareAsks a;
-    rl::ShareAsk cold = rl::share_cold_ask(p, kQ, 4);
+    rl::ShareAsk cold = rl::share_cold_ask(p, kQ, 4, kT0 + 5 * kMs);
     EXPECT_EQ(cold.rate[0], S / 4);
     EXPECT_EQ(cold.burst[0], 25);
     EXPECT_EQ(cold.rate[1], 0);

@@ -422,7 +422,7 @@ class Sim {
         it.need = std::min(h.pending, sc_.p.capacity());
         const int64_t ht = t + h.skew;
         bool cold = !rl::share_holds(h.share, rl::window_start(ht, epoch_));
-        it.share = cold ? rl::share_cold_ask(sc_.p, epoch_, sc_.hosts) : rl::share_draw_ask(epoch_);
+        it.share = cold ? rl::share_cold_ask(sc_.p, epoch_, sc_.hosts, ht) : rl::share_draw_ask(epoch_);
         it.want = cold ? it.share.burst[0] : 0;  // units wanted in its new bucket
         if (cold) h.asks.asked_more = rl::window_start(ht, epoch_);
         h.waiting += h.pending - it.need;

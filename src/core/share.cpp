@@ -268,13 +268,19 @@ int64_t share_demand(const Policy& p, int64_t units, int64_t span_us) {
     return d > kShareDemandMax ? kShareDemandMax : static_cast<int64_t>(d);
 }
 
-ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts) {
+ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts, int64_t now) {
     ShareAsk a;
     a.epoch_us = epoch_us;
     hosts = clamp(hosts, 1, kShareParts);
     a.demand = ceil_div(kShareParts, hosts);
     a.rate[0] = a.demand;
     a.burst[0] = ceil_div(p.capacity(), hosts);
+    if (epoch_us > 0 && now - window_start(now, epoch_us) >= epoch_us / 2) {
+        // Late in the epoch: the next one too, or the share would end (and, within the guard of
+        // the boundary, hold nothing) before the next round asks it.
+        a.rate[1] = a.rate[0];
+        a.burst[1] = a.burst[0];
+    }
     return a;  // (the units wanted in its bucket, sent as the item's `want`: its burst)
 }
 

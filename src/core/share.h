@@ -146,8 +146,8 @@ ShareAsk share_draw_ask(int64_t epoch_us);
 
 // A key without a share for the current epoch (a request waits): an equal part (1 / hosts) of
 // the rate and of the burst, for the current epoch (the next is asked at the next round, on the
-// demand measured meanwhile).
-ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts);
+// demand measured meanwhile; also now in the second half of the epoch).
+ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts, int64_t now);
 
 // At a round at `now` (Redis's clock as read by the host), `demand` (parts) measured over the
 // last epoch: the next epoch's share (once per epoch: its demand and half as much again, and a
