@@ -1030,7 +1030,7 @@ function(keys, argv)
         local d = clamp(dem, 0, DMAX)
         local wr, wb, asked = {wr0, wr1}, {wb0, wb1}, {}
         for k = 1, 2 do asked[k] = wr[k] > 0 or wb[k] > 0 end
-        if asked[2] and not asked[1] then bk[8] = min(bk[8] + d, 4503599627370496) end
+        if asked[2] and need == 0 then bk[8] = min(bk[8] + d, 4503599627370496) end
         local total = bk[7]
         if bk[8] > total then total = bk[8] end
         if d > total then total = d end

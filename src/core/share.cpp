@@ -95,10 +95,9 @@ ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, con
     const int64_t d = clamp(ask.demand, 0, kShareDemandMax);
     bool asked[2];
     for (int k = 0; k < 2; k++) asked[k] = ask.rate[k] > 0 || ask.burst[k] > 0;
-    // A demand is recorded by an ask for the next epoch alone: the host's measured demand, once
-    // per epoch. An ask for the current epoch (a key not used lately, or a share that falls
-    // short) counts its demand for its own part only.
-    if (asked[1] && !asked[0]) b.demand[1] = min64(b.demand[1] + d, kExact);
+    // A demand is recorded by a round's ask for the next epoch: the host's measured demand, once
+    // per epoch. A key not used lately (a request waiting) counts its guess for its own part only.
+    if (asked[1] && need == 0) b.demand[1] = min64(b.demand[1] + d, kExact);
     int64_t total = max64(max64(b.demand[0], b.demand[1]), max64(d, 1));
     if (b.demand[0] == 0) total = max64(total, min64(d * clamp(hosts, 1, 1 << 20), kExact));
     // The host's part of the demands reported, in parts (at most all of it): of the burst always,
@@ -302,6 +301,7 @@ ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int6
     }
     ask.epoch_us = epoch_us;
     ask.demand = demand;
+    bool asked = false;
     if (a.asked_next != next) {
         // At least the units its bucket holds: they carry into the next epoch, not lost at its start.
         const int64_t keep = min64(share_available(h, p), p.capacity());
@@ -309,13 +309,15 @@ ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int6
         ask.burst[1] = max64(max64(cap, keep) - have[1].burst, 0);
         if (ask.rate[1] == 0 && ask.burst[1] == 0) ask.rate[1] = 1;  // its demand recorded all the same
         a.asked_next = next;
-    } else if (have[0].rate < demand && have[0].rate < want && a.capped == 0 && a.asked_more != cur) {
+        asked = true;
+    }
+    if (have[0].rate < demand && have[0].rate < want && a.capped == 0 && a.asked_more != cur) {
         ask.rate[0] = want - have[0].rate;
         ask.burst[0] = max64(cap - have[0].burst, 0);
         a.asked_more = cur;
-    } else {
-        ask.epoch_us = 0;
+        asked = true;
     }
+    if (!asked) ask.epoch_us = 0;
     return ask;
 }
 

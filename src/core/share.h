@@ -72,7 +72,7 @@ void share_give_back(ShareBook& book, const ShareAsk& ask);
 // The grant at `now` (after share_settle): of `need` units (requests waiting: no share held, or
 // its bucket empty), as many as the pool holds are admitted from it (*admitted); then each epoch asked gets at most what
 // is free and at most the host's part of the burst, d / D (D: the larger of the demands recorded
-// for the two epochs and d; a demand is recorded by an ask for the next epoch alone), and of the
+// for the two epochs and d; a demand is recorded by an ask for the next epoch without a need), and of the
 // rate once 1.5 D exceeds it; the pool is floored at the new B. A new share's bucket starts empty:
 // no token is ever in flight. `s` is updated.
 // While no demand is recorded for the current epoch (the first one of a key), D is taken as at
@@ -152,8 +152,9 @@ ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts, int64_
 // At a round at `now` (Redis's clock as read by the host), `demand` (parts) measured over the
 // last epoch: the next epoch's share (once per epoch: its demand and half as much again, and a
 // burst of what that demand brings in half an epoch, or of the units its bucket holds if more;
-// the rest of the burst stays in the pool), or else, when its share of the current one falls short of its
-// demand and the rate was not all taken, more of it (once per epoch). epoch_us == 0: nothing.
+// the rest of the burst stays in the pool), and, when its share of the current one falls short
+// of its demand and the rate was not all taken, more of it (once per epoch). epoch_us == 0:
+// nothing.
 ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int64_t epoch_us, int64_t now,
                          int64_t demand);
 

@@ -77,8 +77,13 @@ inline int64_t rl_sync_now(const rl_zone_t* zone, int64_t local_now) { return lo
 // Lease on a bucket: whether its keys hold shares (core/share.h), epochs of two intervals, and
 // the guard around their boundaries (the clock's error).
 inline int64_t rl_sync_epoch_us(const rl_zone_t* zone) { return 2 * zone->sync_us; }
+// Shares where the rate refills the bucket within an epoch (r * 2T >= burst + 1): there a count
+// lease drains before it is spent. A slower bucket keeps count leases: a share's units beyond
+// its next epoch's burst are dropped at the boundary, and its rate would not bring them back.
 inline bool rl_sync_shares(const rl_zone_t* zone, const rl::Policy& p) {
-    return zone->sync_mode == RL_SYNC_LEASE && rl::share_fits(p, rl_sync_epoch_us(zone));
+    const int64_t epoch = rl_sync_epoch_us(zone);
+    return zone->sync_mode == RL_SYNC_LEASE && rl::share_fits(p, epoch) &&
+           static_cast<__int128>(p.requests) * epoch >= static_cast<__int128>(p.capacity()) * p.period_us;
 }
 inline int64_t rl_sync_guard_us(const rl_zone_t* zone) {
     return zone->sync_shm->clock_error_us > 0 ? zone->sync_shm->clock_error_us : 1000;
