@@ -6,7 +6,8 @@
 #  - Lease: requests on fresh keys, concurrent on every worker, far below the limit: all admitted.
 #  - One host alone at 80% of the limit: a sync zone admits what shared memory admits.
 #  - A hot key hammered from both hosts for many intervals: lease admits at most what one exact
-#    limiter admits over the span; optimistic stays within its bound (buckets: hammered;
+#    limiter admits over the span (also where a bucket's lease is a share: 100r/s burst=19);
+#    optimistic stays within its bound (buckets: hammered;
 #    windows, whose bound per window is H times the limit whatever the hosts do, paced so that
 #    the bound says something: the overshoot is what the other host admits while a host's view
 #    lags).
@@ -57,6 +58,12 @@ for my $m (@modes) {
         zone(name => "h_${m}_$a", algo => $a, mode => $m,
             $b ? (requests => 5, period => 1, burst => 19)
                : (requests => ($m eq 'lease' ? 30 : 40), period => $day));
+    }
+    if ($m eq 'lease') {
+        # hot key of a bucket whose rate refills it within two intervals (r 2T >= C): its lease
+        # is a share of the rate and of the burst (src/core/share.h)
+        zone(name => "hs_lease_$_", algo => $_, mode => $m, requests => 100, period => 1, burst => 19)
+          for qw(gcra token leaky);
     }
     if ($m eq 'lease') {    # give-back by one host
         zone(name => "g_lease_$_", algo => $_, mode => $m, requests => 10, period => 3600, burst => 999)
@@ -244,6 +251,22 @@ for my $m (@modes) {
         my @x = grep { $_ ne 'PASSED' && $_ ne 'REJECTED' } keys %{ $r->{':values'} };
         ok(!@x, "$what: decided (PASSED or REJECTED) throughout") or diag(explain $r->{':values'});
     }
+}
+
+# ---------------------------------------------------------------- hot key, shares
+# Both hosts hammer one key of a bucket whose lease is a share (100r/s burst=19, sync=100ms: r 2T
+# = C): what they admit together never exceeds what one exact limiter admits over the span.
+for my $a (qw(gcra token leaky)) {
+    my $z = $Z{"hs_lease_$a"};
+    my $what = "hot key, shares, $a";
+    my $r = hammer(\@ports, "/$z->{name}?k=hot", seconds => 2.5);
+    my $admitted = $r->{200} // 0;
+    my $exact = exact_bound($z, $r->{':t0'}, $r->{':t1'});
+    cmp_ok($admitted, '<=', $exact, "$what: admitted <= one exact limiter over the span");
+    cmp_ok($admitted, '>=', $exact / 2, "$what: admitted at least half of one exact limiter");
+    note(sprintf('%s: admitted %d of %d in %.2fs, one exact limiter %.1f', $what, $admitted,
+        ($r->{200} // 0) + ($r->{429} // 0), $r->{':t1'} - $r->{':t0'}, $exact));
+    statuses_ok($r, $what, 200, 429);
 }
 
 # ---------------------------------------------------------------- convergence

@@ -40,12 +40,16 @@ TEST(SyncCommand, ExactBytes) {
     it.give_back = 2;
     it.give_back_at = 77;
     it.give_back_top = 200000;
+    it.share.epoch_us = 200000;
+    it.share.demand = 300;
+    it.share.rate[1] = 9;
+    it.share.burst[1] = 2;
     std::string want = std::string("*8\r\n$5\r\nFCALL\r\n$26\r\n") + rl::function_name(true) +
                        "\r\n$1\r\n1\r\n"
                        "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n"
-                       "$4\r\nsync\r\n$16\r\n1700000000000000\r\n$136\r\n" +
+                       "$4\r\nsync\r\n$16\r\n1700000000000000\r\n$224\r\n" +
                        doubles({0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0, 1700000000LL * kSec - 5.0, 4, 1, 2,
-                                2, 77, 200000}) +
+                                2, 77, 200000, 200000, 300, 0, 9, 0, 2, 0, 0, 0, 0, 0}) +
                        "\r\n$3\r\nh-7\r\n";
     EXPECT_EQ(sync_cmd(rl::CommandScript::fcall, true, {it}, 1700000000LL * kSec, "h-7"), want);
     // Production: now not sent; EVALSHA names the script.
@@ -57,7 +61,7 @@ TEST(SyncCommand, ExactBytes) {
     std::string with_id = sync_cmd(rl::CommandScript::evalsha, false, {it, it}, 0, long_id);
     EXPECT_NE(with_id.find("$64\r\n" + std::string(64, 'i') + "\r\n"), std::string::npos);
     EXPECT_LE(with_id.size(), rl::sync_command_bound("rl:", nullptr, 2));
-    EXPECT_NE(prod.find("$4\r\nsync\r\n$1\r\n0\r\n$272\r\n"), std::string::npos);
+    EXPECT_NE(prod.find("$4\r\nsync\r\n$1\r\n0\r\n$448\r\n"), std::string::npos);
     EXPECT_LE(prod.size(), rl::sync_command_bound("rl:", nullptr, 2));
     // Hostile values are clamped into what the script checks: counts >= 0, hosts >= 1.
     it.want = -5;
@@ -92,7 +96,8 @@ TEST(SyncCommand, HostsBytes) {
 }
 
 TEST(SyncCommand, DecodeReply) {
-    std::vector<int64_t> v = {1700000000LL * kSec, -300000, 5, 1, 4, 0, 10, 20, 30, 0, rl::kNever};
+    std::vector<int64_t> v = {1700000000LL * kSec, -300000, 5, 1, 4, 0, 1000000, 7, 8, 2, 3,
+                              10, 20, 30, 0, rl::kNever, 0, 0, 0, 0, 0};
     rl::SyncResult out[2];
     int64_t now = 0;
     ASSERT_TRUE(rl::decode_sync_reply(v.data(), v.size(), 2, out, &now));
@@ -100,6 +105,9 @@ TEST(SyncCommand, DecodeReply) {
     EXPECT_EQ(out[0].global, (rl::State{-300000, 5, 1}));  // a token bucket in debt: negative tokens
     EXPECT_EQ(out[0].granted, 4);
     EXPECT_EQ(out[1].retry_after_us, rl::kNever);
+    EXPECT_EQ(out[0].share.epoch_at, 1000000);
+    EXPECT_EQ(out[0].share.rate[1], 8);
+    EXPECT_EQ(out[0].share.burst[1], 3);
     EXPECT_EQ(rl::sync_reply_len(2), v.size());
 
     // Bad shapes write nothing.
@@ -114,10 +122,12 @@ TEST(SyncCommand, DecodeReply) {
     EXPECT_TRUE(bad(0, -1));                  // now
     EXPECT_TRUE(bad(4, -1));                  // granted
     EXPECT_TRUE(bad(4, rl::kExact + 1));
-    EXPECT_TRUE(bad(10, -2));                 // retry
-    EXPECT_TRUE(bad(10, rl::kExact + 1));     // retry beyond exact: now + retry would overflow
+    EXPECT_TRUE(bad(15, -2));                 // retry
+    EXPECT_TRUE(bad(15, rl::kExact + 1));     // retry beyond exact: now + retry would overflow
     EXPECT_TRUE(bad(0, rl::kExact + 1));      // now beyond exact
-    EXPECT_TRUE(bad(7, rl::kExact + 1));      // a state beyond exact
+    EXPECT_TRUE(bad(12, rl::kExact + 1));     // a state beyond exact
+    EXPECT_TRUE(bad(7, -1));                  // a share granted below 0
+    EXPECT_TRUE(bad(20, rl::kExact + 1));
     EXPECT_TRUE(bad(1, -rl::kExact - 1));
     EXPECT_FALSE(rl::decode_sync_reply(nullptr, 0, 0, nullptr, nullptr));
     int64_t only_now = 5;

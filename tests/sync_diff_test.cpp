@@ -6,6 +6,7 @@
 // EVALSHA alike. Also the "hosts" heartbeat. Seeds are fixed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -34,6 +35,8 @@ struct SyncKey {
     std::string redis_key;
     rl::State s;      // the C++ global state
     rl::Lease lease;  // what one host holds of it, for give-backs
+    rl::ShareBook book;  // buckets: Redis's book of shares, kept after the state
+    int64_t epoch_us = 0;
 };
 
 class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
@@ -59,9 +62,12 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
         std::vector<rl::SyncResult> want(items.size());
         std::vector<rl::Decision> dec(items.size());
         std::vector<bool> written(items.size());
+        std::vector<rl::ShareBook> books(items.size());
         for (size_t i = 0; i < items.size(); i++) {
-            want[i] = rl::sync_key(keys[i]->s, items[i], now, &dec[i]);
-            written[i] = !(want[i].global == keys[i]->s);
+            books[i] = keys[i]->book;
+            bool shares = rl::is_bucket(keys[i]->p.algo) && (!books[i].empty() || items[i].share.epoch_us > 0);
+            want[i] = rl::sync_key(keys[i]->s, items[i], now, &dec[i], &books[i]);
+            written[i] = shares || !(want[i].global == keys[i]->s);
         }
         redisContext* c = conn_.get();
         std::string cmd = build(items, now);
@@ -109,6 +115,12 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
                                                      << "," << got[i].global.c << "}";
             ASSERT_EQ(got[i].granted, want[i].granted) << at;
             ASSERT_EQ(got[i].retry_after_us, want[i].retry_after_us) << at;
+            ASSERT_EQ(got[i].share.epoch_at, want[i].share.epoch_at) << at;
+            for (int e = 0; e < 2; e++) {
+                ASSERT_EQ(got[i].share.rate[e], want[i].share.rate[e]) << at << " share " << e;
+                ASSERT_EQ(got[i].share.burst[e], want[i].share.burst[e]) << at << " share " << e;
+            }
+            shares_ += want[i].share.rate[0] + want[i].share.rate[1] > 0;
             granted_ += want[i].granted;
             refused_ += want[i].granted == 0 && it.need > 0;
 
@@ -117,18 +129,26 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
             const int64_t ttl_ms = rl::ceil_div(dec[i].reset_us, 1000) + 1;
             if (exp->integer == -2 && written[i] && t1 - t0 >= ttl_ms) {
                 k.s = rl::State{};  // expired in real time before PERSIST (a 1-2 ms TTL on a stalled machine)
+                k.book = rl::ShareBook{};
                 continue;
             }
             k.s = want[i].global;
+            k.book = books[i];
             if (!written[i]) {
                 ASSERT_LT(exp->integer, 0) << at << ": a TTL set on a key that was not written";
                 continue;
             }
             writes_++;
             ASSERT_EQ(st->type, REDIS_REPLY_STRING) << at;
-            ASSERT_EQ(st->len, 24u) << at;
-            double d[3];
-            std::memcpy(d, st->str, 24);  // little-endian hosts (as the writer's fast path)
+            ASSERT_EQ(st->len, k.book.empty() ? 24u : 96u) << at;
+            double d[12];
+            std::memcpy(d, st->str, st->len);  // little-endian hosts (as the writer's fast path)
+            if (!k.book.empty()) {
+                const rl::ShareBook& b = k.book;
+                const int64_t fields[9] = {b.epoch_at,  b.epoch_us,  b.rate[0],   b.rate[1],  b.burst[0],
+                                           b.burst[1],  b.demand[0], b.demand[1], b.settled_at};
+                for (int f = 0; f < 9; f++) ASSERT_EQ(static_cast<int64_t>(d[3 + f]), fields[f]) << at << " book field " << f;
+            }
             ASSERT_EQ(rl::State({static_cast<int64_t>(d[0]), static_cast<int64_t>(d[1]), static_cast<int64_t>(d[2])}),
                       k.s)
                 << at;
@@ -186,6 +206,25 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
                     it.give_back_at = now - pick(p.period_us + 1);
                     it.give_back_top = pick(p.depth + 1);
                 }
+                // Buckets: shares asked, mostly with the key's epoch (another one is refused).
+                if (rl::is_bucket(algo) && pick(2) == 0) {
+                    if (k.epoch_us == 0) k.epoch_us = std::max<int64_t>(1, p.period_us / (1 + pick(5)));
+                    rl::ShareAsk& sh = it.share;
+                    sh.epoch_us = pick(10) == 0 ? k.epoch_us + 1 : k.epoch_us;
+                    sh.demand = pick(3) == 0 ? 0 : pick(3 * rl::kShareParts);
+                    for (int e = 0; e < 2; e++) {
+                        if (pick(2) == 0) continue;
+                        sh.rate[e] = pick(rl::kShareParts + 2);
+                        sh.burst[e] = pick(cap + 2);
+                    }
+                    if (pick(5) == 0) {
+                        sh.back_at = rl::window_start(now, k.epoch_us) - pick(2) * k.epoch_us;
+                        for (int e = 0; e < 2; e++) {
+                            sh.back_rate[e] = pick(rl::kShareParts);
+                            sh.back_burst[e] = pick(cap + 1);
+                        }
+                    }
+                }
                 ks.push_back(&k);
                 items.push_back(it);
             }
@@ -207,7 +246,7 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
 
     std::unique_ptr<rltest::RedisServer> server_;
     rltest::Context conn_;
-    int64_t granted_ = 0, refused_ = 0, writes_ = 0;
+    int64_t granted_ = 0, refused_ = 0, writes_ = 0, shares_ = 0;
 };
 
 INSTANTIATE_TEST_SUITE_P(Lua, SyncDiff, ::testing::Values(rl::CommandScript::fcall, rl::CommandScript::evalsha),
@@ -220,8 +259,10 @@ TEST_P(SyncDiff, Timelines) {
     for (rl::Algo a : algos) {
         for (uint64_t seed = 1; seed <= 6 && !HasFatalFailure(); seed++) timeline(a, seed * 31 + static_cast<uint64_t>(a), 150);
     }
-    std::printf("sync diff: %lld units granted, %lld needs refused, %lld states written\n",
-                static_cast<long long>(granted_), static_cast<long long>(refused_), static_cast<long long>(writes_));
+    std::printf("sync diff: %lld units granted, %lld needs refused, %lld states written, %lld share grants\n",
+                static_cast<long long>(granted_), static_cast<long long>(refused_), static_cast<long long>(writes_),
+                static_cast<long long>(shares_));
+    EXPECT_GT(shares_, 100);
     EXPECT_GT(granted_, 0);
     EXPECT_GT(refused_, 0);
     EXPECT_GT(writes_, 1000);

@@ -182,14 +182,34 @@ struct Message {
     rl::SyncItem item;
     rl::SyncResult result;
     int64_t redis_at = 0;
+    int64_t first_sent = 0;
+    bool ran = false;  // Redis ran it: a resend (the same call id) gets its reply and changes nothing
+};
+
+enum class Mode { optimistic, lease, shares };
+
+// Shares: what can go wrong besides the arrivals.
+struct Faults {
+    double loss = 0;        // each reply lost with this probability (sent again with its id every T, 5 s at most)
+    int64_t skew = 0;       // each host's reading of Redis's clock is off by up to this (within its guard)
+    int64_t guard = -1;     // the hosts' guard (-1: skew + 1 ms, as the engine's)
 };
 
 class Sim {
   public:
-    explicit Sim(const Scenario& sc, bool lease) : sc_(sc), lease_(lease), hosts_(static_cast<size_t>(sc.hosts)) {
+    explicit Sim(const Scenario& sc, bool lease) : Sim(sc, lease ? Mode::lease : Mode::optimistic) {}
+    Sim(const Scenario& sc, Mode mode, Faults f = Faults{})
+        : sc_(sc), lease_(mode == Mode::lease), shares_(mode == Mode::shares), faults_(f),
+          hosts_(static_cast<size_t>(sc.hosts)) {
         bounds_.hosts = sc.hosts;
         bounds_.interval_us = sc.T;
         bounds_.round_trip_us = sc.L;
+        epoch_ = 2 * sc.T;
+        guard_ = f.guard >= 0 ? f.guard : f.skew + 1000;
+        std::mt19937_64 rng(sc.seed * 13 + 5);
+        for (Host& h : hosts_) {
+            h.skew = f.skew > 0 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * f.skew + 1)) - f.skew : 0;
+        }
     }
 
     std::vector<int64_t> run(const std::vector<std::vector<int64_t>>& arrivals) {
@@ -204,6 +224,16 @@ class Sim {
             q_.pop();
             if (e.kind == 1 && e.t > end) continue;
             Host& h = hosts_[static_cast<size_t>(e.host)];
+            if (shares_) {
+                switch (e.kind) {
+                    case 0: share_arrival(h, e.host, e.t); break;
+                    case 1: share_round(h, e.host, e.t); break;
+                    case 2: at_redis(e.host, e.msg, e.t); break;
+                    case 3: share_reply(h, e.host, e.msg, e.t); break;
+                    case 4: share_ask(h, e.host, e.t); break;
+                }
+                continue;
+            }
             switch (e.kind) {
                 case 0: arrival(h, e.host, e.t); break;
                 case 1: round(h, e.host, e.t); break;
@@ -222,6 +252,12 @@ class Sim {
         int64_t pending = 0;            // requests of this instant waiting for an ask to be sent
         int64_t waiting = 0;            // requests waiting for the ask in flight
         std::vector<int64_t> recent;    // lease: admission times in the last 2 T
+        rl::HostShare share;            // shares: the host's bucket and the epochs it holds
+        std::vector<int64_t> seen;      // shares: arrival times in the last epoch (its demand)
+        int64_t skew = 0;               // shares: its reading of Redis's clock, minus the truth
+        rl::ShareAsks asks;             // shares: what it asked lately
+        int64_t last_seen = 0;
+        int64_t first_seen = 0;
     };
 
     void push(int64_t t, int kind, int host, size_t msg) { q_.push(Event{t, seq_++, kind, host, msg}); }
@@ -238,8 +274,9 @@ class Sim {
     }
 
     size_t send(int host, const rl::SyncItem& item, int64_t t) {
-        msgs_.push_back(Message{item, rl::SyncResult{}, 0});
+        msgs_.push_back(Message{item, rl::SyncResult{}, 0, t, false});
         push(t + sc_.L / 2, 2, host, msgs_.size() - 1);
+        calls_++;
         return msgs_.size() - 1;
     }
 
@@ -308,7 +345,12 @@ class Sim {
 
     void at_redis(int host, size_t m, int64_t t) {
         Message& msg = msgs_[m];
-        msg.result = rl::sync_key(global_, msg.item, t);
+        if (msg.ran) {  // sent again with its id: the reply of its run, nothing applied
+            push(t + sc_.L - sc_.L / 2, 3, host, m);
+            return;
+        }
+        msg.ran = true;
+        msg.result = rl::sync_key(global_, msg.item, t, nullptr, &book_);
         global_ = msg.result.global;
         msg.redis_at = t;
         push(t + sc_.L - sc_.L / 2, 3, host, m);
@@ -335,7 +377,127 @@ class Sim {
         }
     }
 
+
+    // ---- shares (share.h): the engine's rules for bucket leases as shares --------------------
+
+    int64_t demand_of(Host& h, int64_t t) {
+        auto old = std::find_if(h.seen.begin(), h.seen.end(), [&](int64_t x) { return x > t - epoch_; });
+        h.seen.erase(h.seen.begin(), old);
+        // Over the last epoch, or since the key was first seen if that is later.
+        return rl::share_demand(sc_.p, static_cast<int64_t>(h.seen.size()), std::min(epoch_, t - h.first_seen + 1));
+    }
+
+    static bool asks(const rl::SyncItem& it) {
+        return it.need > 0 || (it.share.epoch_us > 0 && it.share.back_at == 0);
+    }
+
+    void share_arrival(Host& h, int host, int64_t t) {
+        const int64_t ht = t + h.skew;
+        h.seen.push_back(t);
+        if (h.last_seen <= t - 2 * epoch_) h.first_seen = t;  // a key new, or idle since its shares went back
+        h.last_seen = t;
+        if (rl::share_take(h.share, sc_.p, ht, guard_, 1)) {
+            admit(h, t);
+            return;
+        }
+        if (rl::share_holds(h.share, rl::window_start(ht, epoch_)) &&
+            (h.asking > 0 || !rl::share_may_draw(h.asks, epoch_, ht))) {
+            share_refused_++;  // over its share: rejected here, no Redis call
+            return;
+        }
+        if (h.pending > 0) {
+            h.pending++;
+        } else if (h.asking > 0) {
+            h.waiting++;
+        } else {
+            h.pending = 1;
+            push(t, 4, host, 0);
+        }
+    }
+
+    // A host without a share for the current epoch: one ask for it and the next, the requests
+    // of this instant waiting (need: admitted by Redis from the pool if they fit).
+    void share_ask(Host& h, int host, int64_t t) {
+        rl::SyncItem it = item();
+        it.need = std::min(h.pending, sc_.p.capacity());
+        const int64_t ht = t + h.skew;
+        bool cold = !rl::share_holds(h.share, rl::window_start(ht, epoch_));
+        it.share = cold ? rl::share_cold_ask(sc_.p, epoch_, sc_.hosts, ht) : rl::share_draw_ask(epoch_);
+        it.want = cold ? it.share.burst[0] : 0;  // units wanted in its new bucket
+        if (cold) h.asks.asked_more = rl::window_start(ht, epoch_);
+        h.waiting += h.pending - it.need;
+        h.pending = 0;
+        h.asking++;
+        send(host, it, t);
+    }
+
+    void share_round(Host& h, int host, int64_t t) {
+        push(t + sc_.T, 1, host, 0);
+        const int64_t ht = t + h.skew;
+        rl::SyncItem it = item();
+        bool idle = h.last_seen <= t - 2 * epoch_;
+        if (idle && (h.share.held[0].at != 0 || h.share.held[1].at != 0)) {
+            it.share = rl::share_give_back_ask(h.share, sc_.p, &it.give_back);  // unused for two epochs: used no more from now
+            if (it.share.epoch_us > 0) send(host, it, t);
+            return;
+        }
+        if (idle || h.asking > 0) return;
+        it.share = rl::share_round_ask(h.share, h.asks, sc_.p, epoch_, ht, demand_of(h, t));
+        if (it.share.epoch_us == 0) return;
+        h.asking++;
+        send(host, it, t);
+    }
+
+    void share_reply(Host& h, int host, size_t m, int64_t t) {
+        Message& msg = msgs_[m];
+        if (faults_.loss > 0 && uniform_(loss_rng_) < faults_.loss) {
+            lost_++;
+            if (t - msg.first_sent < 5 * kSec) {
+                push(t + sc_.T, 2, host, m);  // sent again with its id after an interval
+                calls_++;
+                return;
+            }
+            // Given up: the asks go again as new calls (a give-back is not sent again).
+            if (asks(msg.item)) h.asking--;
+            h.asks.asked_next = 0;
+            refused_waiting_ += h.waiting + (msg.item.need > 0 ? msg.item.need : 0);
+            h.waiting = 0;
+            return;
+        }
+        const int64_t ht = t + h.skew;
+        rl::KeyReply kr;
+        rl::ReplyFault f = rl::check_key_reply(sc_.p, msg.item, msg.result, msg.redis_at, bounds_);
+        if (f != rl::ReplyFault::none) {
+            refused_replies_++;
+            if (first_fault_.empty()) first_fault_ = rl::reply_fault_text(f);
+        }
+        int64_t got = rl::take_share_reply(h.share, msg.item, msg.result, ht, guard_);
+        rl::share_asks_reply(h.asks, msg.item, msg.result, ht);
+        if (asks(msg.item)) h.asking--;
+        // The requests that waited: admitted by Redis if their need fitted, unless they gave up
+        // waiting (a reply later than a second: replayed after a loss).
+        bool in_time = t - msg.first_sent < kSec;
+        for (int64_t k = 0; msg.item.need > 0 && k < msg.item.need; k++) {
+            if (k < got && in_time) {
+                admit(h, t);
+            } else {
+                refused_waiting_++;
+            }
+        }
+        for (; h.waiting > 0; h.waiting--) {
+            if (rl::share_take(h.share, sc_.p, ht, guard_, 1)) {
+                admit(h, t);
+            } else {
+                refused_waiting_++;
+            }
+        }
+    }
+
   public:
+    int64_t share_refused_ = 0;  // shares: rejected by the host's own share
+    int64_t calls_ = 0;          // script calls sent (resends included)
+    int64_t lost_ = 0;
+
     int64_t refused_waiting_ = 0;  // lease: requests that waited for an ask in flight, in vain
     int64_t refused_replies_ = 0;  // replies outside the rule of sync_reply.h: none may be
     std::string first_fault_;
@@ -343,6 +505,12 @@ class Sim {
   private:
     const Scenario& sc_;
     bool lease_;
+    bool shares_ = false;
+    Faults faults_;
+    int64_t epoch_ = 0, guard_ = 0;
+    rl::ShareBook book_;
+    std::mt19937_64 loss_rng_{99};
+    std::uniform_real_distribution<double> uniform_{0.0, 1.0};
     rl::ReplyBounds bounds_;
     std::vector<Host> hosts_;
     rl::State global_;
@@ -465,6 +633,167 @@ TEST(SyncSim, LeaseNeverOvershoots) {
     }
     std::printf("  where burst + 1 >= rate x round trip (%d runs): mean %.1f%%, worst %.1f%%\n", roomy_runs,
                 100 * roomy_sum / roomy_runs, 100 * roomy_worst);
+}
+
+// Bucket leases as shares (share.h): all the cluster's admissions, replayed through one exact
+// limiter at their times, are allowed, with replies lost (and replayed with their call id) and
+// hosts' clocks off Redis's by up to their guard; the under-admission is printed.
+TEST(SyncSim, SharesNeverOvershoot) {
+    int runs = 0;
+    double sum_under[4] = {0, 0, 0, 0}, worst_under[4] = {0, 0, 0, 0};
+    int count[4] = {0, 0, 0, 0};
+    int64_t share_rejects = 0, lost = 0;
+    int fast_runs = 0, roomy_runs = 0;
+    double fast_sum = 0, fast_worst = 0, roomy_sum = 0, roomy_worst = 0;
+    for (const Scenario& sc : scenarios()) {
+        if (!rl::is_bucket(sc.p.algo)) continue;
+        auto arrivals = make_arrivals(sc);
+        Faults f;
+        if (sc.seed % 3 == 0) f.loss = 0.2;
+        if (sc.seed % 4 == 1) f.skew = sc.L / 2 + 500;
+        Sim sim(sc, Mode::shares, f);
+        std::vector<int64_t> adm = sim.run(arrivals);
+        EXPECT_EQ(sim.refused_replies_, 0) << sc.name() << ": a genuine reply refused (" << sim.first_fault_ << ")";
+        std::sort(adm.begin(), adm.end());
+        rltest::Key one(sc.p);
+        size_t refused = 0;
+        for (int64_t t : adm) refused += !one.allowed(t);
+        ASSERT_EQ(refused, 0u) << sc.name() << " loss " << f.loss << " skew " << f.skew << ": " << refused << " of "
+                               << adm.size() << " admissions beyond one limiter";
+        int64_t ref = reference_admitted(sc.p, arrivals);
+        double under = ref > 0 ? 1.0 - static_cast<double>(adm.size()) / static_cast<double>(ref) : 0;
+        size_t k = static_cast<size_t>(sc.arrivals);
+        runs++;
+        count[k]++;
+        sum_under[k] += under;
+        worst_under[k] = std::max(worst_under[k], under);
+        share_rejects += sim.share_refused_;
+        lost += sim.lost_;
+        // Where the engine uses shares (the rate refills the bucket within an epoch, 2 T).
+        if (static_cast<__int128>(sc.p.requests) * 2 * sc.T >= static_cast<__int128>(sc.p.capacity()) * sc.p.period_us) {
+            fast_runs++;
+            fast_sum += under;
+            fast_worst = std::max(fast_worst, under);
+            if (sc.p.capacity() >= 4 * sc.hosts) {  // ... with a burst of 4 units a host at least
+                roomy_runs++;
+                roomy_sum += under;
+                roomy_worst = std::max(roomy_worst, under);
+            }
+        }
+    }
+    std::printf("shares: %d runs, zero overshoot (%lld replies lost); under-admission against one limiter:\n", runs,
+                static_cast<long long>(lost));
+    for (size_t k = 0; k < 4; k++) {
+        std::printf("  %-12s mean %5.1f%%, worst %5.1f%%\n", arrivals_name(static_cast<Arrivals>(k)),
+                    100 * sum_under[k] / count[k], 100 * worst_under[k]);
+    }
+    std::printf("  where r 2T >= C, as nginx shares (%d runs): mean %.1f%%, worst %.1f%%\n", fast_runs,
+                100 * fast_sum / std::max(fast_runs, 1), 100 * fast_worst);
+    std::printf("  ... and burst + 1 >= 4 hosts (%d runs): mean %.1f%%, worst %.1f%%\n", roomy_runs,
+                100 * roomy_sum / std::max(roomy_runs, 1), 100 * roomy_worst);
+    EXPECT_GT(lost, 100) << "replies were lost: the replay path ran";
+    EXPECT_GT(share_rejects, 0) << "hosts rejected on their own share";
+}
+
+// A host whose clock is off Redis's by more than its guard can overshoot: the guard is what
+// keeps the shares of two epochs apart (checked so that the test above can fail).
+TEST(SyncSim, SharesNeedTheirGuard) {
+    int overshot = 0, runs = 0;
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+      for (int64_t requests : {1000, 10000}) {
+        for (int64_t burst : {0, 10}) {
+        Scenario sc;
+        sc.p = rltest::policy(rl::Algo::gcra, requests, kSec, burst);
+        sc.hosts = 2;
+        sc.T = 10 * kMs;
+        sc.L = 1 * kMs;
+        sc.arrivals = Arrivals::poisson;
+        sc.load = 3.0;
+        sc.duration = 2 * kSec;
+        sc.seed = seed;
+        // Demand moves from host to host every epoch (2 T): each host asks its next share early in
+        // an epoch on the demand of the one before, so its share is large exactly in the epochs
+        // it is busy, and at every boundary a clock ahead uses the next epoch's share early while
+        // one behind uses the last epoch's late.
+        std::vector<std::vector<int64_t>> arrivals(static_cast<size_t>(sc.hosts));
+        std::mt19937_64 rng(seed);
+        std::exponential_distribution<double> gap(3.0 * static_cast<double>(requests) / kSec);
+        for (double t = kStart; t < kStart + sc.duration; t += gap(rng)) {
+            auto at = static_cast<int64_t>(t);
+            arrivals[static_cast<size_t>(((at - kStart) / (2 * sc.T)) % sc.hosts)].push_back(at);
+        }
+        for (int64_t guard : {int64_t{0}, int64_t{-1}}) {
+            Faults f;
+            f.skew = 4 * kMs;
+            f.guard = guard;  // none, then the engine's (skew + 1 ms)
+            Sim sim(sc, Mode::shares, f);
+            std::vector<int64_t> adm = sim.run(arrivals);
+            std::sort(adm.begin(), adm.end());
+            rltest::Key one(sc.p);
+            size_t over = 0;
+            for (int64_t t : adm) over += !one.allowed(t);
+            if (guard == 0) {
+                overshot += over > 0;
+                runs++;
+            } else {
+                EXPECT_EQ(over, 0u) << "seed " << seed << ": with its guard";
+            }
+        }
+        }
+      }
+    }
+    std::printf("shares with clocks off by 4 ms and no guard: %d of %d runs overshoot\n", overshot, runs);
+    EXPECT_GT(overshot, 0) << "clocks off by more than the guard never overshoot: the test above tests little";
+}
+
+// The table of the README: one hot key, today's count leases beside the shares, under-admission
+// against one exact limiter over the same arrivals, and script calls per 1000 requests.
+TEST(SyncSim, SharesTable) {
+    struct Row {
+        const char* name;
+        int64_t requests, burst;
+        double per_host;  // offered requests per second per host (0: load x the rate)
+    };
+    const Row rows[] = {{"rate=100000000r/s burst=1000000", 100000000, 1000000, 50000},
+                        {"rate=100000r/s burst=1000", 100000, 1000, 0},
+                        {"rate=1000r/s burst=100", 1000, 100, 0}};
+    const Arrivals kinds[] = {Arrivals::poisson, Arrivals::hot_host, Arrivals::bursts};
+    std::printf("| limit | arrivals | hosts | lease today: under-admission, calls/1000 | shares: under-admission, calls/1000 |\n");
+    std::printf("| --- | --- | --- | --- | --- |\n");
+    for (const Row& r : rows) {
+        for (Arrivals k : kinds) {
+            for (int hosts : {1, 4}) {
+                if (hosts == 1 && k != Arrivals::poisson) continue;
+                Scenario sc;
+                sc.p = rltest::policy(rl::Algo::gcra, r.requests, kSec, r.burst);
+                sc.hosts = hosts;
+                sc.T = 100 * kMs;
+                sc.L = 1 * kMs;
+                sc.arrivals = k;
+                sc.load = r.per_host > 0 ? r.per_host * hosts / static_cast<double>(r.requests) : 1.5;
+                sc.duration = 2 * kSec;
+                sc.seed = 7;
+                auto arrivals = make_arrivals(sc);
+                int64_t offered = 0;
+                for (const auto& v : arrivals) offered += static_cast<int64_t>(v.size());
+                int64_t ref = reference_admitted(sc.p, arrivals);
+                double under[2], calls[2];
+                for (int m = 0; m < 2; m++) {
+                    Sim sim(sc, m == 0 ? Mode::lease : Mode::shares);
+                    std::vector<int64_t> adm = sim.run(arrivals);
+                    std::sort(adm.begin(), adm.end());
+                    rltest::Key one(sc.p);
+                    size_t over = 0;
+                    for (int64_t t : adm) over += !one.allowed(t);
+                    EXPECT_EQ(over, 0u) << r.name << " " << arrivals_name(k) << (m ? " shares" : " lease");
+                    under[m] = 100.0 * (1.0 - static_cast<double>(adm.size()) / static_cast<double>(ref));
+                    calls[m] = 1000.0 * static_cast<double>(sim.calls_) / static_cast<double>(offered);
+                }
+                std::printf("| %s | %s x%.2f | %d | %.1f%%, %.2f | %.1f%%, %.2f |\n", r.name, arrivals_name(k), sc.load,
+                            hosts, under[0], calls[0], under[1], calls[1]);
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -84,6 +84,7 @@ Windows windows_of(const State& s, const Policy& p) {
 }  // namespace
 
 int64_t bucket_level(const State& s, const Policy& p, int64_t t) { return level_at(s, p, t); }
+State bucket_at_level(const State& s, const Policy& p, int64_t t, int64_t level) { return with_level(s, p, t, level); }
 
 Delta clamp_delta(const Delta& d, const Policy& p, int64_t now) {
     if (d.empty()) return d;

@@ -69,6 +69,8 @@ constexpr int64_t kMaxDebt = kExact / 8;
 
 // A bucket's level at `t` (scaled units, at most kMaxDebt), however far over full.
 int64_t bucket_level(const State& s, const Policy& p, int64_t t);
+// The state of a bucket at `level` at time t (never moving a refill or leak time back).
+State bucket_at_level(const State& s, const Policy& p, int64_t t, int64_t level);
 
 // Redis's side of a delta (sync_key, and the Lua): its time is bounded by Redis's clock, so
 // that no host's clock spoils the shared state. Buckets: poured within [now - period, now].

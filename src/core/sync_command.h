@@ -8,13 +8,15 @@
 //     ARGV[3] = per item 17 little-endian doubles (136 bytes) in KEYS order: algo, requests,
 //              period_us, burst, refill, token, depth, weight_scale (as redis_command.h), then
 //              delta.units, delta.prev, delta.at, want, need, hosts, give_back, give_back_at,
-//              give_back_top
+//              give_back_top, then the ShareAsk: epoch_us, demand, rate[0..1], burst[0..1],
+//              back_at, back_rate[0..1], back_burst[0..1] (28 doubles, 224 bytes)
 //     ARGV[4] = the call's id (at most kSyncCallIdMax bytes; empty: none). The reply is kept
 //              kSyncCallMemoryMs under "<KEYS[1]>:call:<id>" (the first key's slot); a call
 //              with the id of one that ran gets that reply and changes nothing: a call sent
 //              again because its reply was lost is applied once.
 //     reply  = {now_us, then per item: a, b, c (the global state after the item), granted,
-//              retry_after_us}
+//              retry_after_us, then the ShareGrant: epoch_at, rate[0..1], burst[0..1]}
+//     A bucket key holding shares keeps its book after its state: 12 doubles (96 bytes).
 //   Per item, at Redis's now (sync_key, which the Lua mirrors): give_back, apply_delta of the
 //   delta clamped to Redis's clock (clamp_delta), grant;
 //   the state is written once (SET ... PX, the TTL of the grant's decision, as decide's),
@@ -32,6 +34,7 @@
 #include <string_view>
 #include "key_hash.h"
 #include "redis_command.h"
+#include "share.h"
 #include "sync.h"
 
 namespace rl {
@@ -46,22 +49,31 @@ struct SyncItem {                     // one key in a sync call
     int64_t give_back = 0;            // lease: unspent units returned (a Lease's units) ...
     int64_t give_back_at = 0;         // ... its `at`
     int64_t give_back_top = 0;        // ... its `top` (buckets)
+    ShareAsk share;                   // lease on a bucket: shares asked and given back (share.h)
 };
 
 struct SyncResult {
     State global;                // the key's global state after the item
     int64_t granted = 0;
     int64_t retry_after_us = 0;  // need > 0 and nothing granted: when it would fit (kNever: never)
+    ShareGrant share;            // lease on a bucket: the shares granted
 };
 
 // What the Lua does for one item at `now`: give_back, apply_delta, grant. *decision (may be
 // null) is the grant's decision, whose reset_us is the TTL of a written state.
-SyncResult sync_key(const State& s, const SyncItem& item, int64_t now, Decision* decision = nullptr) noexcept;
+// A bucket key with a share book (*book, kept after the state in the key's value; null: none),
+// or an item asking shares, goes the shares' way instead (at max(now, the book's settled_at)):
+// share_settle, share_give_back, the delta poured then (less `give_back`: the units of the host's
+// bucket given back with its shares), share_grant (`need` admitted from the pool, `want` units
+// moved into a first share's bucket: granted = both); count-lease asks get nothing there. Its state and book are written on every call, for
+// the TTL of the decision plus the rest of the book's epochs.
+SyncResult sync_key(const State& s, const SyncItem& item, int64_t now, Decision* decision = nullptr,
+                    ShareBook* book = nullptr) noexcept;
 
-constexpr size_t kSyncItemBytes = 8 * 17;
+constexpr size_t kSyncItemBytes = 8 * 28;
 constexpr size_t kSyncCallIdMax = 64;
 constexpr int64_t kSyncCallMemoryMs = 10000;
-constexpr size_t kSyncReplyPerItem = 5;
+constexpr size_t kSyncReplyPerItem = 10;
 
 // call_id: at most kSyncCallIdMax bytes (cut beyond), any bytes.
 size_t sync_command_len(CommandScript script, bool injected_time, std::string_view prefix, const SyncItem* items,
@@ -72,7 +84,7 @@ size_t write_sync_command(char* buf, CommandScript script, bool injected_time, s
 // call id of at most kSyncCallIdMax).
 size_t sync_command_bound(std::string_view prefix, const SyncItem* items, size_t n) noexcept;
 
-size_t sync_reply_len(size_t n) noexcept;  // 1 + 5 n integers
+size_t sync_reply_len(size_t n) noexcept;  // 1 + 10 n integers
 // out[0..nitems) from the reply's integers; false, writing nothing, on a bad shape: a count
 // other than sync_reply_len, a state field beyond kExact, granted < 0 or beyond kExact,
 // retry < kNever, now < 0. (The caller checks granted against what it asked.)

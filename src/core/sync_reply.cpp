@@ -77,7 +77,19 @@ const char* reply_fault_text(ReplyFault f) {
 
 ReplyFault check_key_reply(const Policy& p, const SyncItem& sent, const SyncResult& r, int64_t redis_now,
                            const ReplyBounds& b) {
-    if (!in(r.granted, 0, max64(sent.want, sent.need)) || r.granted > p.capacity()) return ReplyFault::granted;
+    const int64_t most = sent.share.epoch_us > 0 ? sent.want + sent.need : max64(sent.want, sent.need);
+    if (!in(r.granted, 0, most) || r.granted > (sent.share.epoch_us > 0 ? 2 : 1) * p.capacity())
+        return ReplyFault::granted;
+    // Shares: at most what was asked, in an epoch of the grid that has begun by Redis's clock.
+    const ShareAsk& a = sent.share;
+    const ShareGrant& g = r.share;
+    for (int k = 0; k < 2; k++) {
+        if (!in(g.rate[k], 0, a.rate[k]) || g.rate[k] > kShareParts || !in(g.burst[k], 0, a.burst[k]) ||
+            g.burst[k] > p.capacity())
+            return ReplyFault::granted;
+    }
+    if (g.epoch_at != 0 && (a.epoch_us <= 0 || g.epoch_at % a.epoch_us != 0 || g.epoch_at > redis_now + kMaxClockStep))
+        return ReplyFault::time;
     if (sent.need > r.granted && !in(r.retry_after_us, 0, reply_max_retry(p, b))) return ReplyFault::retry;
     return check_state(p, r.global, redis_now, b);
 }
@@ -157,6 +169,13 @@ KeyReply take_key_reply(SyncKeyState& k, const SyncItem& sent, const SyncResult&
     k.retry_at = sent.need > r.granted ? redis_now + r.retry_after_us : 0;
     out.keep = k.lease.units > 0;
     return out;
+}
+
+int64_t take_share_reply(HostShare& h, const SyncItem& sent, const SyncResult& r, int64_t now, int64_t guard) {
+    const Policy& p = *sent.policy;
+    int64_t got = r.granted < sent.need ? r.granted : sent.need;
+    share_add(h, p, now, guard, sent.share, r.share, r.granted - got);
+    return got;
 }
 
 bool refresh_due(int64_t& refresh_at, int64_t now, int64_t interval_us) {

@@ -85,6 +85,11 @@ struct KeyReply {
 KeyReply take_key_reply(SyncKeyState& k, const SyncItem& sent, const SyncResult& r, int64_t redis_now, bool lease,
                         const ReplyBounds& b);
 
+// Shares (share.h): a reply within the rule (check_key_reply) at the host's `now` (its reading of
+// Redis's clock): the shares granted add to those held; returns how many of the units of the
+// requests that waited (`need`) Redis admitted (from the pool, at the grant).
+int64_t take_share_reply(HostShare& h, const SyncItem& sent, const SyncResult& r, int64_t now, int64_t guard);
+
 // Whether Redis kept a bucket's given-back units (granted above them since), seen from the
 // state after the call; false (dropped: they drain) when the item also carried a delta or an
 // ask, which moved the level after the give-back.

@@ -44,6 +44,10 @@ CONC_LIMIT = 1000000         # concurrency=N of the concurrency rows: the most t
 KINDS = ("one", "many")
 BUCKETS = ("gcra", "token", "leaky")
 SYNC_EVERY = "100ms"
+# The lease rows of issue 22 (and their shared-memory twins): suffix -> (quota, note)
+SHARE_QUOTAS = {"r1e8": ("requests=100000000 period=1s burst=1000000", "10^8r/s burst=10^6"),
+                "r1e5": ("requests=100000 period=1s burst=1000", "100000r/s burst=1000"),
+                "r1e3": ("requests=1000 period=1s burst=100", "1000r/s burst=100")}
 ONE_KEY_VAR = "$server_name"
 MANY_KEY_VAR = "$arg_k"
 
@@ -275,6 +279,11 @@ def table():
     t += [Case("sync", kind, "gcra", mode=mode) for mode, kind in itertools.product(("", "lease"), KINDS)]
     t += [Case("sync", "one", "gcra", mode="lease", quota="requests=300000 period=1s burst=3000000",
                suffix="near", note="300000r/s burst=3000000")]
+    # lease on a hot key at three rates (issue 22: leases as shares), each beside the same limit
+    # in shared memory
+    for suffix, (quota, note) in SHARE_QUOTAS.items():
+        t += [Case("shm", "one", "gcra", quota=quota, suffix=suffix, note=note),
+              Case("sync", "one", "gcra", mode="lease", quota=quota, suffix=suffix, note=note)]
     # over TLS, against the same over plain TCP (its twin, kept by a selection): per request
     # and sync=100ms optimistic, x key kind
     t += [Case(store, kind, "gcra", tls=True) for store, kind in itertools.product(("redis", "sync"), KINDS)]
@@ -314,9 +323,12 @@ def lr_of(kind, workers):
 
 def sync_bases(case):
     """a sync case's comparisons: the same algorithm and key kind in shared memory and in Redis
-    per request (the table after the main one; over TLS: in Redis per request over TLS)"""
+    per request (the table after the main one; over TLS: in Redis per request over TLS); the
+    lease rows of SHARE_QUOTAS: the same limit in shared memory"""
     if case.store != "sync":
         return []
+    if case.suffix in SHARE_QUOTAS:
+        return [case.algo + "-" + case.suffix, "redis-" + case.algo]
     n = case.algo + ("-1M" if case.kind == "many" else "")
     return [n, ("redis-tls-" if case.tls else "redis-") + n]
 

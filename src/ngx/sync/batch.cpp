@@ -156,6 +156,14 @@ void call_failed(rl_sync_call_t* call) {
             rl::delta_merge(merged, k->unsent, *it.si.policy);
             k->unsent = merged;
         }
+        if (rl_sync_shares(zone, *it.si.policy)) {
+            // A share given back is not given again (the host uses it no more: it expires);
+            // asks go again.
+            if (it.si.share.rate[1] > 0) k->asks.asked_next = 0;
+            if (it.si.share.epoch_us > 0 || it.si.need > 0) k->asked_at = 0;
+            rl_sync_mark(h, it.ref);
+            continue;
+        }
         if (it.si.give_back > 0 && k->lease.units == 0) {  // else they drain in Redis
             k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
         }
@@ -217,7 +225,12 @@ taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
     int64_t mid = call->sent_us + (local - call->sent_us) / 2;
     bool clock_ok = rl::accept_clock(clock, redis_now, mid);
     bool stepped = clock.offset - h->offset_us > rl::kMaxClockStep || h->offset_us - clock.offset > rl::kMaxClockStep;
-    if (clock_ok && (call->resends == 0 || stepped)) h->offset_us = clock.offset;
+    if (clock_ok && (call->resends == 0 || stepped)) {
+        h->offset_us = clock.offset;
+        // The offset is off by at most half the round trip that measured it (shares' guard).
+        int64_t err = (local - call->sent_us) / 2 + 1000;
+        h->clock_error_us = static_cast<uint32_t>(err < 1000 ? 1000 : (err > 1000000000 ? 1000000000 : err));
+    }
     h->clock_candidate = clock.candidate;
     h->clock_seen = clock.seen;
     for (size_t i = 0; clock_ok && i < call->n; i++) {
@@ -226,6 +239,23 @@ taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
         if (slot == nullptr) continue;  // forgotten since: Redis has its units all the same
         rl_sync_key_t* k = rl_sync_key(slot);
         bool lease = zone->sync_mode == RL_SYNC_LEASE;
+        if (lease && rl_sync_shares(zone, *it.si.policy)) {
+            // Shares: the grant adds to the host's shares; `got` units of the need go to the
+            // requests that waited. (The view is kept for the headers only.)
+            rl::ReplyFault f = rl::check_key_reply(*it.si.policy, it.si, results[i], redis_now, bounds);
+            if (f != rl::ReplyFault::none) {
+                nrefused++;
+                fault = f;
+            } else {
+                int64_t now_here = local + h->offset_us;
+                it.got = rl::take_share_reply(k->share, it.si, results[i], now_here, rl_sync_guard_us(zone));
+                it.need_granted = it.got > 0;
+                rl::share_asks_reply(k->asks, it.si, results[i], now_here);
+                slot->state = results[i].global;
+            }
+            if (it.si.want > 0 || it.si.need > 0 || it.si.share.epoch_us > 0) k->asked_at = 0;
+            continue;
+        }
         rl::SyncKeyState ks{slot->state, k->unsent, k->lease, k->used_at, k->retry_at};
         rl::KeyReply kr = rl::take_key_reply(ks, it.si, results[i], redis_now, lease, bounds);
         slot->state = ks.view;
@@ -239,6 +269,7 @@ taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
         if (!lease) continue;
         if (it.si.want > 0) k->asked_at = 0;
         it.need_granted = kr.need_granted;
+        it.got = kr.need_granted ? it.si.need : 0;
         if (kr.keep) rl_sync_mark(h, it.ref);  // given back when idle
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);

@@ -3,6 +3,7 @@
 // the units Redis granted the host, and wait for a grant when they run out.
 #include "ngx/sync/engine.h"
 
+#include "core/decide.h"
 #include "core/refund.h"
 #include "core/settle.h"
 #include "core/sync_reply.h"
@@ -33,8 +34,65 @@ bool unavailable(const rl_zone_t* zone) {
     return h->down || static_cast<ngx_msec_int_t>(ngx_current_msec - h->last_ok) > static_cast<ngx_msec_int_t>(stale);
 }
 
+// Lease on a bucket: the host's own bucket of its share (core/share.h). A key without a share
+// for the current epoch waits for one (one round trip); one whose bucket is empty waits for
+// units from the pool, unless the pool was dry this epoch: then it is rejected here, with no
+// Redis call. Decided on share_available under this lock; sync_commit takes.
+rl::Decision share_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool down) {
+    const rl::Policy& p = res.applied->policy;
+    const rl_zone_t* zone = res.applied->zone;
+    rl_sync_key_t* k = rl_sync_key(slot);
+    const int64_t epoch = rl_sync_epoch_us(zone), guard = rl_sync_guard_us(zone);
+    if (k->share.epoch_us != epoch) {
+        k->share = rl::HostShare{};
+        k->share.epoch_us = epoch;
+        k->asks = rl::ShareAsks{};
+    }
+    if (!(res.flags & RL_SYNC_WAITED)) {
+        k->spent += res.cost;  // its demand: every arrival, once
+        k->used_at = now;
+        rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));  // its next share is asked at the round
+    }
+    rl::share_advance(k->share, p, now, guard);
+    int64_t have = rl::share_available(k->share, p);
+    rl::Decision d = rl::decide(rl::State{}, p, now, 0);  // the headers' limit and reset
+    d.remaining = have;
+    if ((res.flags & RL_SYNC_GRANTED) || have >= res.cost) {  // drawn from the pool for it, or in its bucket
+        d.allowed = true;
+        d.remaining = (res.flags & RL_SYNC_GRANTED) ? have : have - res.cost;
+        d.retry_after_us = 0;
+        return d;
+    }
+    if (res.cost > p.capacity()) return rl::decide(rl::State{}, p, now, res.cost);  // never: no wait
+    const bool held = rl::share_holds(k->share, rl::window_start(now, epoch));
+    if (!held && (down || (res.flags & RL_SYNC_FAILED))) {
+        res.flags |= RL_SYNC_LOCAL | RL_SYNC_ERROR;  // no share and no Redis: the local fallback
+        rl::Decision f = rl::decide(k->fallback, fallback_policy(p, zone->sync_shm->hosts), now, res.cost);
+        f.limit = p.requests;
+        return f;
+    }
+    d.allowed = false;
+    if (!(res.flags & (RL_SYNC_WAITED | RL_SYNC_FAILED)) && !down && (!held || rl::share_may_draw(k->asks, epoch, now))) {
+        res.flags |= RL_SYNC_WAIT;  // the access handler asks (a share, or units of the pool) and decides again
+        d.retry_after_us = 0;
+        return d;
+    }
+    // Over its share: when its bucket next holds the cost (or its epochs end).
+    rl::Share e = rl::share_effective(k->share, now, guard);
+    int64_t missing = res.cost * p.token - k->share.tokens;
+    int64_t per_us = p.refill * e.rate;  // parts of kShareParts of a scaled unit per us
+    d.retry_after_us = rl::window_start(now, epoch) + epoch - now;
+    if (per_us > 0 && missing <= e.burst * p.token) {
+        __int128 wait = static_cast<__int128>(missing) * rl::kShareParts / per_us + 1;
+        if (wait < d.retry_after_us) d.retry_after_us = static_cast<int64_t>(wait);
+    }
+    if (d.retry_after_us <= 0) d.retry_after_us = 1;
+    return d;
+}
+
 rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool down) {
     const rl::Policy& p = res.applied->policy;
+    if (rl_sync_shares(res.applied->zone, p)) return share_decide(res, slot, now, down);
     rl_sync_key_t* k = rl_sync_key(slot);
     int64_t usable = rl::lease_usable(k->lease, p, now);
     if ((res.flags & RL_SYNC_GRANTED) || usable >= res.cost) {  // granted for it, or in the lease
@@ -95,7 +153,13 @@ void sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
     rl_sync_key_t* k = rl_sync_key(slot);
     if (res.cost <= 0) return;
     k->burst = p.burst;
-    if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
+    if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL) && rl_sync_shares(zone, p)) {
+        // Decided on share_available under this lock; units drawn for this very request were
+        // admitted by Redis when it granted them.
+        if (!(res.flags & RL_SYNC_GRANTED)) rl::share_take(k->share, p, res.at, rl_sync_guard_us(zone), res.cost);
+        res.flags &= ~RL_SYNC_GRANTED;
+        k->used_at = res.at;
+    } else if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
         // Decided on lease_usable under this lock; units granted for this very request were
         // consumed when Redis granted them.
         if (!(res.flags & RL_SYNC_GRANTED)) rl::lease_take(k->lease, p, res.at, res.cost);
@@ -118,6 +182,14 @@ void sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
 void sync_refund(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
+    if (res.applied->zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL) &&
+        rl_sync_shares(res.applied->zone, p)) {
+        // Not put back in its bucket (a unit appearing there later than it was taken could go
+        // beyond what one limiter allows): it errs on the side of limiting.
+        res.decision = rl::decide(rl::State{}, p, now, 0);
+        res.decision.remaining = rl::share_available(k->share, p);
+        return;
+    }
     if (res.applied->zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
         k->lease.units += res.cost;  // back on top of the lease: usable as far as it still holds
         k->spent = k->spent > res.cost ? k->spent - res.cost : 0;
@@ -177,7 +249,10 @@ const rl_store_t rl_sync_lease_store = {
 
 void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept {
     if (!(res.flags & RL_SYNC_GRANTED)) return;
-    rl_sync_key(slot)->lease.units += res.cost;  // usable as far as the lease still holds
+    // Shares: units drawn for a request that goes away are dropped (Redis admitted them).
+    if (!rl_sync_shares(res.applied->zone, res.applied->policy)) {
+        rl_sync_key(slot)->lease.units += res.cost;  // usable as far as the lease still holds
+    }
     res.flags &= ~RL_SYNC_GRANTED;
 }
 

@@ -30,6 +30,7 @@ struct rl_sync_item_t {
     uint8_t algo;
     uint16_t slot;   // cluster slot of its Redis key
     bool need_granted;  // lease: Redis granted `need`: the requests counted in it are admitted
+    int64_t got;        // ... units of it still to hand to those requests (shares: maybe fewer than `need`)
 };
 
 struct rl_sync_batch_t;

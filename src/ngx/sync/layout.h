@@ -5,15 +5,21 @@
 
 #include "ngx/conf.h"
 
+#include "core/exact_math.h"
+#include "core/share.h"
 #include "core/sync.h"
 
 // Per key, after its Slot (in the slot's ring area).
 struct rl_sync_key_t {
     rl::Delta unsent;     // optimistic (and lease while Redis is away): admitted since the last send
-    rl::Lease lease;      // lease: the units Redis granted this host and it has not spent
+    union {
+        rl::Lease lease;      // lease on a window (or a bucket that cannot be shared): units granted
+        rl::HostShare share;  // lease on a bucket: its shares and its own bucket (core/share.h)
+    };
+    rl::ShareAsks asks;   // lease on a bucket: what it asked lately
     int64_t burst;        // the burst of its last admission: which policy the key runs under
-    int64_t spent;        // lease: spent since the last round
-    int64_t rate;         // lease: spent in the last round (sizes the next ask)
+    int64_t spent;        // lease: spent since the last round (shares: arrived, admitted or not)
+    int64_t rate;         // lease: spent in the last round (sizes the next ask; shares: arrived)
     int64_t used_at;      // lease: last spend or grant, on the zone's clock
     int64_t retry_at;     // lease: when Redis said a refused ask would fit (zone clock), 0 if none
     int64_t asked_at;     // lease: an ask for this key is in flight since then (zone clock), 0 if none
@@ -23,7 +29,7 @@ struct rl_sync_key_t {
 };
 static_assert(sizeof(rl_sync_key_t) % 8 == 0, "kept in shared-memory slots");
 
-constexpr uint32_t kRlSyncMagic = 0x524c5332;  // "RLS2": bump when the layout changes
+constexpr uint32_t kRlSyncMagic = 0x524c5333;  // "RLS3": bump when the layout changes
 constexpr size_t kRlHostIdLen = 48;
 
 // Per zone, at the start of its block, then `cap` dirty slot references, then `cap` flags.
@@ -43,7 +49,7 @@ struct rl_sync_shm_t {
     uint64_t rounds, keys_sent, failures;  // metrics
     u_char host_id[kRlHostIdLen];
     uint32_t host_id_len;
-    uint32_t pad;
+    uint32_t clock_error_us; // how far the offset may be off: half the round trip that measured it, and 1 ms
 };
 
 inline rl_sync_key_t* rl_sync_key(rl::Slot* s) { return reinterpret_cast<rl_sync_key_t*>(s + 1); }
@@ -67,3 +73,18 @@ inline void rl_sync_mark(rl_sync_shm_t* h, uint32_t ref) {
 
 // The zone's clock: CLOCK_REALTIME + the offset measured at the last sync (zone locked).
 inline int64_t rl_sync_now(const rl_zone_t* zone, int64_t local_now) { return local_now + zone->sync_shm->offset_us; }
+
+// Lease on a bucket: whether its keys hold shares (core/share.h), epochs of two intervals, and
+// the guard around their boundaries (the clock's error).
+inline int64_t rl_sync_epoch_us(const rl_zone_t* zone) { return 2 * zone->sync_us; }
+// Shares where the rate refills the bucket within an epoch (r * 2T >= burst + 1): there a count
+// lease drains before it is spent. A slower bucket keeps count leases: a share's units beyond
+// its next epoch's burst are dropped at the boundary, and its rate would not bring them back.
+inline bool rl_sync_shares(const rl_zone_t* zone, const rl::Policy& p) {
+    const int64_t epoch = rl_sync_epoch_us(zone);
+    return zone->sync_mode == RL_SYNC_LEASE && rl::share_fits(p, epoch) &&
+           static_cast<__int128>(p.requests) * epoch >= static_cast<__int128>(p.capacity()) * p.period_us;
+}
+inline int64_t rl_sync_guard_us(const rl_zone_t* zone) {
+    return zone->sync_shm->clock_error_us > 0 ? zone->sync_shm->clock_error_us : 1000;
+}

@@ -69,8 +69,12 @@ void wake_waiters(rl_sync_batch_t* b) {
             rl_result_t& res = ctx->results[i];
             if (res.applied->zone->sync != b->zs || !(res.flags & RL_SYNC_WAIT)) continue;
             int waited = (res.flags & RL_SYNC_WAITED) ? RL_SYNC_WAITED2 : RL_SYNC_WAITED;
-            const rl_sync_item_t* it = rl_sync_item_find(b, res.hash, static_cast<uint8_t>(res.applied->policy.algo));
-            int granted = it != nullptr && it->need_granted && (res.flags & RL_SYNC_NEEDED) ? RL_SYNC_GRANTED : 0;
+            rl_sync_item_t* it = rl_sync_item_find(b, res.hash, static_cast<uint8_t>(res.applied->policy.algo));
+            int granted = 0;
+            if (it != nullptr && it->need_granted && (res.flags & RL_SYNC_NEEDED) && it->got >= res.cost) {
+                granted = RL_SYNC_GRANTED;  // in the order they asked, while Redis's units last
+                it->got -= res.cost;
+            }
             res.flags = static_cast<uint8_t>((res.flags & ~(RL_SYNC_WAIT | RL_SYNC_NEEDED)) | waited | granted |
                                              (b->failed ? RL_SYNC_FAILED : 0));
         }
@@ -93,7 +97,7 @@ void unneed(rl_sync_batch_t* b, rl_ctx_t* ctx) {
         if (!it->need_granted) {
             it->si.need -= res.cost;
         } else if (rl::Slot* slot = rl_sync_item_slot(zone, *it)) {
-            rl_sync_key(slot)->lease.units += res.cost;  // as rl_sync_release
+            if (!rl_sync_shares(zone, *it->si.policy)) rl_sync_key(slot)->lease.units += res.cost;  // as rl_sync_release
         }
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -109,6 +113,19 @@ rl_sync_item_t* ask_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t al
     if (it == nullptr) return nullptr;
     k->burst = policy->burst;
     k->asked_at = now;
+    rl_zone_t* zone = b->zs->zone;
+    if (rl_sync_shares(zone, *policy)) {
+        // A share for the current epoch if it holds none, else units of the pool (`need`, added
+        // by the caller); what it admitted while Redis was away goes with it.
+        const int64_t epoch = rl_sync_epoch_us(zone);
+        bool held = rl::share_holds(k->share, rl::window_start(now, epoch));
+        it->si.share = held ? rl::share_draw_ask(epoch) : rl::share_cold_ask(*policy, epoch, it->si.hosts, now);
+        if (!held) k->asks.asked_more = rl::window_start(now, epoch);
+        it->si.want = held ? 0 : it->si.share.burst[0];  // a new share's bucket starts with units of the pool
+        it->si.delta = k->unsent;
+        k->unsent = rl::Delta{};
+        return it;
+    }
     int64_t want = 2 * (k->rate > k->spent ? k->rate : k->spent) - rl::lease_usable(k->lease, *policy, now);
     it->si.want = want > 1 ? want : 1;
     it->si.delta = k->unsent;

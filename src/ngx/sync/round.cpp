@@ -108,7 +108,26 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             }
             rl::SyncItem si;
             si.delta = k->unsent;
-            if (lease) {
+            if (lease && rl_sync_shares(zone, *p)) {
+                // Shares: its demand over the last two rounds (an epoch), its next share, more
+                // of this one if short; given back once unused for two epochs.
+                const int64_t epoch = rl_sync_epoch_us(zone);
+                int64_t units = k->spent + k->rate;
+                int64_t demand = rl::share_demand(*p, units, k->rate > 0 ? epoch : zone->sync_us);
+                k->rate = k->spent;
+                k->spent = 0;
+                bool holds = k->share.held[0].at != 0 || k->share.held[1].at != 0;
+                if (holds && (final || now - k->used_at >= 2 * epoch)) {
+                    si.share = rl::share_give_back_ask(k->share, *p, &si.give_back);
+                    holds = false;
+                } else if (!final && units > 0 && (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
+                    si.share = rl::share_round_ask(k->share, k->asks, *p, epoch, now, demand);
+                    if (si.share.epoch_us > 0) k->asked_at = now;
+                }
+                if (holds) {
+                    if (uint32_t* again = keep.push(rl_sync_log)) *again = ref;
+                }
+            } else if (lease) {
                 k->rate = k->spent;
                 k->spent = 0;
                 int64_t usable = rl::lease_usable(k->lease, *p, now);
@@ -129,10 +148,12 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             }
             bool refresh = k->refresh != 0;  // optimistic: a rejecting view asks for the global state
             k->refresh = 0;
-            if (si.delta.empty() && si.want == 0 && si.give_back == 0 && !refresh) continue;
+            if (si.delta.empty() && si.want == 0 && si.give_back == 0 && si.share.epoch_us == 0 && !refresh) continue;
             rl_sync_item_t* it = rl_sync_item_push(b, slot, p);
-            if (it == nullptr) {  // out of memory: the key stays for the next round
-                if (si.give_back > 0) k->lease = rl::Lease{si.give_back, si.give_back_top, si.give_back_at};
+            if (it == nullptr) {  // out of memory: the key stays for the next round (a give-back of shares: they expire)
+                if (si.give_back > 0 && si.share.epoch_us == 0) k->lease = rl::Lease{si.give_back, si.give_back_top, si.give_back_at};
+                if (si.share.rate[1] > 0) k->asks.asked_next = 0;
+                if (si.share.epoch_us > 0 && si.share.back_at == 0) k->asked_at = 0;
                 k->refresh = refresh ? 1 : 0;
                 rl_sync_mark(h, ref);
                 break;
@@ -143,6 +164,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
             it->si.give_back = si.give_back;
             it->si.give_back_at = si.give_back_at;
             it->si.give_back_top = si.give_back_top;
+            it->si.share = si.share;
         }
         bool more = h->ndirty > 0 && taken < h->cap && n == kTakePerLock;
         if (!more) {

@@ -1,0 +1,211 @@
+// Bucket leases as shares (core/share.h): Redis's book and pool, the host's bucket.
+#include <gtest/gtest.h>
+
+#include "algo_test_util.h"
+#include "core/exact_math.h"
+#include "core/share.h"
+#include "core/sync.h"
+#include "core/sync_command.h"
+
+namespace {
+
+using rltest::kSec;
+constexpr int64_t kMs = 1000;
+constexpr int64_t kT0 = 1763900000LL * kSec;  // a multiple of every epoch below
+constexpr int64_t kQ = 200 * kMs;
+constexpr int64_t S = rl::kShareParts;
+
+int64_t tokens_of(const rl::State& s, const rl::Policy& p, int64_t t) {
+    return (p.depth - rl::bucket_level(s, p, t)) / p.token;
+}
+
+TEST(SharePool, RefillsAtTheRateNotSharedAndHoldsAtMostWhatNoShareHolds) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 1000, kSec, 99);  // C = 100
+    rl::State s;
+    rl::ShareBook b;
+    rl::ShareAsk ask;
+    ask.epoch_us = kQ;
+    ask.demand = S / 4;
+    ask.rate[0] = ask.rate[1] = S / 4;
+    ask.burst[0] = ask.burst[1] = 30;
+    int64_t admitted = 0, moved = 0;
+    rl::ShareGrant g = rl::share_grant(s, b, p, kT0, ask, 5, 0, 1, &admitted, &moved);
+    EXPECT_EQ(admitted, 5);  // from the pool, before the share takes its part
+    EXPECT_EQ(g.epoch_at, kT0);
+    EXPECT_EQ(g.rate[0], S / 4);
+    EXPECT_EQ(g.burst[1], 30);
+    EXPECT_EQ(b.rate[0], S / 4);
+    EXPECT_EQ(tokens_of(s, p, kT0), 70);  // at most C - B: 5 admitted, 30 held by the share
+    // Spend the pool, then 40 ms later: 3/4 of the rate came back (30 units), not 40.
+    s = rl::apply_delta(s, p, kT0, rl::Delta{70, 0, kT0});
+    EXPECT_EQ(tokens_of(s, p, kT0), 0);
+    s = rl::share_settle(s, b, p, kT0 + 40 * kMs);
+    EXPECT_EQ(tokens_of(s, p, kT0 + 40 * kMs), 30);
+    // Long after, within the epochs held: never above C - B.
+    s = rl::share_settle(s, b, p, kT0 + 150 * kMs);
+    EXPECT_EQ(tokens_of(s, p, kT0 + 150 * kMs), 70);
+    // The next epoch: the book rolls.
+    s = rl::share_settle(s, b, p, kT0 + kQ + 1);
+    EXPECT_EQ(b.epoch_at, kT0 + kQ);
+    EXPECT_EQ(b.rate[0], S / 4);
+    EXPECT_EQ(b.rate[1], 0);
+    // Both epochs over: the book is gone; the pool refills at the whole rate up to C.
+    s = rl::share_settle(s, b, p, kT0 + 2 * kQ + 1);
+    EXPECT_TRUE(b.empty());
+    EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 1), 70);
+    EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 20 * kMs), 90);
+    EXPECT_EQ(tokens_of(s, p, kT0 + 3 * kQ), 100);
+}
+
+TEST(SharePool, GrantsAtMostWhatIsFreeAndTheHostsPart) {
+    rl::Policy p = rltest::policy(rl::Algo::token, 1000, kSec, 99);
+    rl::State s;
+    rl::ShareBook b;
+    int64_t admitted = 0, moved = 0;
+    auto ask_next = [&](int64_t demand, int64_t rate, int64_t burst) {
+        rl::ShareAsk a;
+        a.epoch_us = kQ;
+        a.demand = demand;
+        a.rate[1] = rate;
+        a.burst[1] = burst;
+        return rl::share_grant(s, b, p, kT0 + 10, a, 0, 0, 4, &admitted, &moved);
+    };
+    // The first host of a key, no demand recorded yet: as if every host of 4 had its demand.
+    rl::ShareGrant g1 = ask_next(S / 2, S, 100);
+    EXPECT_EQ(g1.rate[1], S / 4);
+    EXPECT_EQ(g1.burst[1], 25);
+    EXPECT_EQ(b.demand[1], S / 2);
+    // Others: still no demand recorded for the current epoch, so 4 times theirs at least.
+    rl::ShareGrant g2 = ask_next(S / 2, S, 100);
+    EXPECT_EQ(g2.rate[1], S / 4);
+    EXPECT_EQ(g2.burst[1], 25);
+    EXPECT_EQ(ask_next(S / 2, S, 100).rate[1], S / 4);
+    rl::ShareGrant g4 = ask_next(S, S, 100);  // its part would be S * 1 / (4 * 1): all that is free
+    EXPECT_EQ(g4.rate[1], S / 4);
+    EXPECT_EQ(ask_next(S, S, 100).rate[1], 0);  // nothing free
+    EXPECT_LE(b.rate[1], S);
+    EXPECT_LE(b.burst[1], 100);
+    // A give-back frees it: the next ask gets it.
+    rl::ShareAsk back;
+    back.epoch_us = kQ;
+    back.back_at = kT0 + kQ;  // its epoch: the next one of the book
+    back.back_rate[0] = S / 4;
+    back.back_burst[0] = 25;
+    rl::share_give_back(b, back);
+    EXPECT_EQ(b.rate[1], 3 * S / 4);
+    EXPECT_EQ(ask_next(S / 2, S, 100).rate[1], S / 8);  // its part of the demands recorded (4 S)
+    // Another interval's ask: nothing while this book lasts.
+    rl::ShareAsk other;
+    other.epoch_us = kQ / 2;
+    other.demand = S;
+    other.rate[0] = S;
+    EXPECT_EQ(rl::share_grant(s, b, p, kT0 + 20, other, 0, 0, 1, &admitted, &moved).epoch_at, 0);
+}
+
+TEST(SharePool, NeedAdmittedAsFarAsThePoolHolds) {
+    rl::Policy p = rltest::policy(rl::Algo::leaky, 10, kSec, 9);  // C = 10
+    rl::State s;
+    rl::ShareBook b;
+    rl::ShareAsk draw;
+    draw.epoch_us = kQ;
+    int64_t admitted = 0, moved = 0;
+    rl::share_grant(s, b, p, kT0, draw, 7, 5, 1, &admitted, &moved);
+    EXPECT_EQ(admitted, 7);
+    EXPECT_EQ(moved, 0);  // a draw: no share of the current epoch asked, nothing moved
+    rl::share_grant(s, b, p, kT0, draw, 7, 5, 1, &admitted, &moved);
+    EXPECT_EQ(admitted, 3);
+    rl::share_grant(s, b, p, kT0, draw, 1, 0, 1, &admitted, &moved);
+    EXPECT_EQ(admitted, 0);
+    // A first share of the current epoch: its bucket starts with units of the pool, up to its burst.
+    rl::State fresh;
+    rl::ShareBook fb;
+    rl::ShareAsk cold = rl::share_cold_ask(p, kQ, 2, kT0);  // burst 5 of 10
+    rl::share_grant(fresh, fb, p, kT0, cold, 1, 9, 2, &admitted, &moved);
+    EXPECT_EQ(admitted, 1);
+    EXPECT_EQ(moved, 5);
+    EXPECT_EQ(tokens_of(fresh, p, kT0), 4);  // 10 - 1 - 5, and at most C - B = 5
+    // Through sync_key: the reply says how many, and when the rest would fit.
+    rl::SyncItem it;
+    it.policy = &p;
+    it.need = 2;
+    it.share = draw;
+    rl::SyncResult r = rl::sync_key(s, it, kT0, nullptr, &b);
+    EXPECT_EQ(r.granted, 0);
+    EXPECT_GT(r.retry_after_us, 0);
+}
+
+TEST(ShareHost, RefillsAtItsRateUpToItsBurstAndTakesTheSmallerShareAtABoundary) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 1000, kSec, 99);
+    rl::HostShare h;
+    rl::ShareAsk asked;
+    asked.epoch_us = kQ;
+    asked.rate[0] = asked.rate[1] = 1;
+    asked.burst[0] = asked.burst[1] = 1;
+    rl::ShareGrant g;
+    g.epoch_at = kT0;
+    g.rate[0] = S / 2;  // 500/s
+    g.burst[0] = 20;
+    g.rate[1] = S / 4;  // 250/s
+    g.burst[1] = 10;
+    const int64_t guard = 2 * kMs;
+    rl::share_add(h, p, kT0 + 10 * kMs, guard, asked, g, 0);
+    EXPECT_TRUE(rl::share_holds(h, kT0));
+    EXPECT_TRUE(rl::share_holds(h, kT0 + kQ));
+    EXPECT_FALSE(rl::share_take(h, p, kT0 + 10 * kMs, guard, 1));  // a new share's bucket starts empty
+    EXPECT_TRUE(rl::share_take(h, p, kT0 + 12 * kMs, guard, 1));   // 500/s: one unit per 2 ms
+    EXPECT_FALSE(rl::share_take(h, p, kT0 + 12 * kMs, guard, 1));
+    rl::share_advance(h, p, kT0 + 150 * kMs, guard);
+    EXPECT_EQ(rl::share_available(h, p), 20);  // its burst
+    // Within the guard of the boundary: the smaller of the two shares.
+    rl::Share e = rl::share_effective(h, kT0 + kQ - 1 * kMs, guard);
+    EXPECT_EQ(e.rate, S / 4);
+    EXPECT_EQ(e.burst, 10);
+    rl::share_advance(h, p, kT0 + kQ - 1 * kMs, guard);
+    EXPECT_EQ(rl::share_available(h, p), 10);
+    EXPECT_EQ(rl::share_effective(h, kT0 + kQ - 3 * kMs, guard).rate, S / 2);
+    // After its last epoch (and the guard): nothing.
+    rl::share_advance(h, p, kT0 + 2 * kQ + guard, guard);
+    EXPECT_EQ(rl::share_available(h, p), 0);
+    EXPECT_FALSE(rl::share_holds(h, kT0 + kQ));
+    EXPECT_FALSE(rl::share_take(h, p, kT0 + 2 * kQ + guard + 50 * kMs, guard, 1));
+}
+
+TEST(ShareHost, AsksFollowDemand) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 1000, kSec, 99);
+    rl::HostShare h;
+    rl::ShareAsks a;
+    rl::ShareAsk cold = rl::share_cold_ask(p, kQ, 4, kT0 + 5 * kMs);
+    EXPECT_EQ(cold.rate[0], S / 4);
+    EXPECT_EQ(cold.burst[0], 25);
+    EXPECT_EQ(cold.rate[1], 0);
+    // 300/s measured: the next epoch at 450/s and a burst of half an epoch's demand.
+    int64_t d = rl::share_demand(p, 60, kQ);
+    EXPECT_EQ(d, rl::ceil_div(3 * S, 10));
+    rl::ShareAsk next = rl::share_round_ask(h, a, p, kQ, kT0 + 5 * kMs, d);
+    EXPECT_EQ(next.rate[1], d + d / 2 + 1);
+    EXPECT_EQ(next.burst[1], 31);
+    // With more of the current one, since it holds none of it; each once per epoch.
+    EXPECT_EQ(next.rate[0], d + d / 2 + 1);
+    EXPECT_EQ(rl::share_round_ask(h, a, p, kQ, kT0 + 150 * kMs, d).epoch_us, 0);
+    // The rate all taken (its ask ahead capped): no asking for more.
+    a = rl::ShareAsks{};
+    rl::SyncItem sent;
+    sent.policy = &p;
+    sent.share = next;
+    rl::SyncResult r;
+    r.share.rate[1] = 5;
+    rl::share_asks_reply(a, sent, r, kT0);
+    EXPECT_EQ(a.capped, 1);
+    a.asked_next = kT0 + kQ;
+    EXPECT_EQ(rl::share_round_ask(h, a, p, kQ, kT0 + 105 * kMs, d).epoch_us, 0);  // (next asked already)
+    // A draw that found the pool dry: no more draws in this epoch.
+    EXPECT_TRUE(rl::share_may_draw(a, kQ, kT0));
+    sent.share = rl::share_draw_ask(kQ);
+    sent.need = 3;
+    r = rl::SyncResult{};
+    rl::share_asks_reply(a, sent, r, kT0 + 10);
+    EXPECT_FALSE(rl::share_may_draw(a, kQ, kT0 + 20));
+    EXPECT_TRUE(rl::share_may_draw(a, kQ, kT0 + kQ));
+}
+
+}  // namespace
