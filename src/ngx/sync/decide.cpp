@@ -212,7 +212,17 @@ void sync_settle(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
     int64_t units = res.delta;
-    if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
+    if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL) && rl_sync_shares(zone, p)) {
+        int64_t guard = rl_sync_guard_us(zone);
+        rl::share_advance(k->share, p, now, guard);
+        int64_t have = rl::share_available(k->share, p);
+        int64_t take = have < units ? have : units;
+        if (take > 0 && rl::share_take(k->share, p, now, guard, take)) {
+            units -= take;
+            k->spent += take;
+        }
+        if (units > 0) rl::delta_add(k->unsent, p, now, units);
+    } else if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
         int64_t usable = rl::lease_usable(k->lease, p, now);
         int64_t take = usable < units ? usable : units;
         if (take > 0 && rl::lease_take(k->lease, p, now, take)) {
