@@ -53,6 +53,7 @@ my $http = <<"EOF";
     ratelimit_zone lr  key=\$arg_user requests=5 period=24h algo=fixed redis=main;
     ratelimit_zone lc  key=\$arg_user requests=5 period=24h algo=fixed redis=rc;
     ratelimit_zone ls  key=\$arg_user requests=5 period=24h algo=fixed redis=main sync=100ms;
+    ratelimit_zone ll  key=\$arg_user requests=5 period=24h algo=fixed redis=main sync=100ms sync_mode=lease;
     ratelimit_zone tok key=\$arg_k requests=100 period=100s burst=99 redis=main;
     ratelimit_zone ref key=\$arg_k requests=3 period=24h algo=fixed redis=main;
     ratelimit_zone lq  key=\$arg_user requests=5 period=24h algo=fixed redis=quiet;
@@ -65,6 +66,7 @@ my $http = <<"EOF";
         location /lr    { ratelimit zone=lr quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /lc    { ratelimit zone=lc quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /ls    { ratelimit zone=ls quantity=0 settle=\$login_failed; proxy_pass $up; }
+        location /ll    { ratelimit zone=ll quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /tok   { ratelimit zone=tok quantity=0 settle=\$upstream_http_x_tokens; proxy_pass $up; }
         location /lf    { ratelimit zone=lf quantity=0 settle=\$login_failed; proxy_pass $up; }
         location = /metrics { ratelimit_metrics; }
@@ -155,6 +157,25 @@ for my $case (['lr', 'one Redis'], ['lc', 'a Redis Cluster']) {
     sleep $lag;
     my @after = map { (req($_, "/ls?user=$user&key=ls&status=401"))[0] } 0, 1, 0, 1;
     is("@after", '429 429 429 429', 'sync: then both hosts reject');
+}
+
+# ------------------------------------------------------------------ failed logins, sync lease
+# A lease admits only units Redis granted: quantity=0 takes one while the request runs and its
+# settle gives it back (a success) or keeps it (a failure): never more than 5 failures.
+{
+    my $user = fresh_key('ull');
+    my @ok = map { (req($_ % 2, "/ll?user=$user&key=ll&status=200"))[0] } 1 .. 20;
+    is("@ok", join(' ', ('200') x 20), 'sync lease: 20 successes on both hosts, one after the other, all admitted');
+    my ($admitted, @s) = (0);
+    for my $i (1 .. 10) {
+        my ($st) = req($i % 2, "/ll?user=$user&key=ll&status=401");
+        push @s, $st;
+        $admitted++ if $st eq '401';
+    }
+    is($admitted, 5, "sync lease: exactly the 5 failures admitted, the successes counted nothing (@s)");
+    sleep $lag;
+    my @after = map { (req($_, "/ll?user=$user&key=ll&status=401"))[0] } 0, 1, 0, 1;
+    is("@after", '429 429 429 429', 'sync lease: then both hosts reject');
 }
 
 # ------------------------------------------------------------------ tokens from a header
