@@ -164,13 +164,23 @@ bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
     return all_allowed;
 }
 
-void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
+namespace {
+
+// Calls op(res, now) for each result under its zone's lock, on the clock read inside the locks.
+template <typename Op>
+void each_locked(rl_result_t** results, ngx_uint_t n, void** scratch, Op op) {
     auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
     ngx_uint_t nlocks = lock_zones(results, n, locks);
     int64_t now = now_us();
-    for (ngx_uint_t i = 0; i < n; i++) {
-        rl_result_t& res = *results[i];
-        if (!res.consumed) continue;
+    for (ngx_uint_t i = 0; i < n; i++) op(*results[i], now);
+    unlock_zones(locks, nlocks);
+}
+
+}  // namespace
+
+void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
+    each_locked(results, n, scratch, [](rl_result_t& res, int64_t now) {
+        if (!res.consumed) return;
         const rl_store_t* store = rl_store_of(res);
         // A slot given back to a key since dropped from a full table: nothing to do, and the
         // key is not made again (that would drop another, perhaps with slots in flight).
@@ -179,21 +189,16 @@ void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
             store->refund(res, slot, store_now(store, res.applied->zone, now));
         }
         res.consumed = false;
-    }
-    unlock_zones(locks, nlocks);
+    });
 }
 
 void rl_store_settle_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
-    auto** locks = reinterpret_cast<ngx_slab_pool_t**>(scratch + n);
-    ngx_uint_t nlocks = lock_zones(results, n, locks);
-    int64_t now = now_us();
-    for (ngx_uint_t i = 0; i < n; i++) {
-        rl_result_t& res = *results[i];
+    each_locked(results, n, scratch, [](rl_result_t& res, int64_t now) {
         const rl_store_t* store = rl_store_of(res);
         // A key dropped from a full table meanwhile is made again for a charge (it owes it),
         // not for a give-back (a fresh key has nothing to give).
         rl::Slot* slot = rl_store_slot(res, res.delta > 0);
-        if (slot == nullptr) continue;
+        if (slot == nullptr) return;
         int64_t at = store_now(store, res.applied->zone, now);
         if (res.delta > 0) {
             store->settle(res, slot, at);
@@ -202,6 +207,5 @@ void rl_store_settle_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
             back.cost = -res.delta;
             store->refund(back, slot, at);
         }
-    }
-    unlock_zones(locks, nlocks);
+    });
 }
