@@ -54,6 +54,9 @@ my $http = <<"EOF";
     ratelimit_zone lc  key=\$arg_user requests=5 period=24h algo=fixed redis=rc;
     ratelimit_zone ls  key=\$arg_user requests=5 period=24h algo=fixed redis=main sync=100ms;
     ratelimit_zone ll  key=\$arg_user requests=5 period=24h algo=fixed redis=main sync=100ms sync_mode=lease;
+    ratelimit_redis gone 127.0.0.1:$dead timeout=100ms;
+    ratelimit_zone gz  key=\$arg_user requests=100 period=1h redis=gone;
+    ratelimit_zone ld  key=\$arg_user requests=5 period=24h algo=fixed;
     ratelimit_zone tok key=\$arg_k requests=100 period=100s burst=99 redis=main;
     ratelimit_zone ref key=\$arg_k requests=3 period=24h algo=fixed redis=main;
     ratelimit_zone lq  key=\$arg_user requests=5 period=24h algo=fixed redis=quiet;
@@ -67,6 +70,7 @@ my $http = <<"EOF";
         location /lc    { ratelimit zone=lc quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /ls    { ratelimit zone=ls quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /ll    { ratelimit zone=ll quantity=0 settle=\$login_failed; proxy_pass $up; }
+        location /ld    { ratelimit_on_error deny; ratelimit zone=ld quantity=0 settle=1; ratelimit zone=gz; proxy_pass $up; }
         location /tok   { ratelimit zone=tok quantity=0 settle=\$upstream_http_x_tokens; proxy_pass $up; }
         location /lf    { ratelimit zone=lf quantity=0 settle=\$login_failed; proxy_pass $up; }
         location = /metrics { ratelimit_metrics; }
@@ -178,6 +182,15 @@ for my $case (['lr', 'one Redis'], ['lc', 'a Redis Cluster']) {
     is("@after", '429 429 429 429', 'sync lease: then both hosts reject');
 }
 
+# ------------------------------------------------------------------ on_error deny
+# Redis away and ratelimit_on_error deny: the 503s settle nothing in the limits that admitted.
+{
+    my $user = fresh_key('uld');
+    my @s = map { (req($_ % 2, "/ld?user=$user&key=ld&status=401"))[0] } 1 .. 6;
+    is("@s", join(' ', ('503') x 6), 'on_error deny: Redis away, 503');
+    is(remaining(0, 'ld', $user), 5, 'on_error deny: the 503s charged nothing (settle=1 on a limit that admitted)');
+}
+
 # ------------------------------------------------------------------ tokens from a header
 {
     # a bucket of 100 refilling 1 a second: 150 tokens on host 1 -> host 2 rejects, Retry-After
@@ -218,7 +231,7 @@ for my $case (['lr', 'one Redis'], ['lc', 'a Redis Cluster']) {
 }
 
 for my $i (0, 1) {
-    my @bad = grep { /\[(error|crit|alert|emerg)\]/ && !/limiting request|connect\(\) failed/ } split /\n/, $n[$i]->error_log;
+    my @bad = grep { /\[(error|crit|alert|emerg)\]/ && !/limiting request|connect\(\) failed|redis "gone"/ } split /\n/, $n[$i]->error_log;
     is(scalar @bad, 0, 'host ' . ($i + 1) . ': no errors in the log') or diag(join "\n", @bad[0 .. ($#bad < 9 ? $#bad : 9)]);
 }
 

@@ -667,7 +667,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
           if pass == 2 or refunding then cost = 0 end
           -- settle.h: kNeedOne (-1) is the verdict of one unit and the report of none; a charge
           -- takes what fits if not all of it does.
-          local need = cost < 0
+          local need, fitted = cost < 0, false
           if need then cost, units = 1, 0 end
           local ok, rem, reset, retry, w, x, y, z
           shaped = 0
@@ -738,8 +738,8 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             end
             if need and ok then
               need, cost, again, shaped = false, 0, true, 0
-            elseif charging and not ok and rem > 0 and rem < cost then
-              cost, units, again = rem, rem, true
+            elseif charging and not fitted and not ok and rem > 0 and rem < cost then
+              cost, units, again, fitted = rem, rem, true, true  -- once, as settle.cpp
             end
             until not again
             if c ~= 0 then a = a - shift end
@@ -754,8 +754,8 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
             ok, rem, reset, retry, w, x, y = decide_log(key, now, cost, req, per)
             if need and ok then
               need, cost, again, shaped = false, 0, true, 0
-            elseif charging and not ok and rem > 0 and rem < cost then
-              cost, units, again = rem, rem, true
+            elseif charging and not fitted and not ok and rem > 0 and rem < cost then
+              cost, units, again, fitted = rem, rem, true, true  -- once, as settle.cpp
             end
             until not again
             if refund_it then call('PEXPIRE', key, fmt('%d', ttl_ms(reset))) end

@@ -138,6 +138,7 @@ void finish(rl_ctx_t* ctx, const rl_loc_conf_t* lcf) {
         ctx->decider = pick_most_restrictive(res, n);
         ctx->status = RL_STATUS_PASSED;
         if (denied && !lcf->dry_run) ctx->verdict = NGX_HTTP_SERVICE_UNAVAILABLE;
+        ctx->admitted = !denied;  // what its limits took stands (settle.cpp)
         rl_delay_decide(ctx, lcf);
     }
     if (failed || store_error) ctx->status = RL_STATUS_ERROR;

@@ -84,6 +84,7 @@ struct rl_ctx_t {
     bool delaying;         // the request waits delay_ms before its next phase
     bool headers_done;
     bool settled;          // settle.cpp: the request's settles are done (once)
+    bool admitted;         // its limits admitted it and what they took stands (not rejected, not denied)
     int64_t settle;        // $ratelimit_settled: the first settle= value taken, -1 if none
     rl_phase_e phase;
     ngx_int_t verdict;     // what the access handler returns

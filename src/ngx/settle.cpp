@@ -14,10 +14,8 @@ namespace {
 // Whether a result's admission stands: the request was let through and the result took (or,
 // with quantity 0, had room for) its cost.
 bool admitted(const rl_ctx_t* ctx, const rl_result_t& res) {
-    if (!rl_decided(res) || !res.decision.allowed) return false;
-    if (res.consumed) return true;
-    return res.cost == rl::kNeedOne && (ctx->status == RL_STATUS_PASSED || ctx->status == RL_STATUS_DELAYED ||
-                                        ctx->status == RL_STATUS_DELAYED_DRY_RUN || ctx->status == RL_STATUS_ERROR);
+    if (!ctx->admitted || !rl_decided(res) || !res.decision.allowed) return false;
+    return res.consumed || res.cost == rl::kNeedOne;
 }
 
 // The settle value of a result's limit, or -1 (none, or invalid: logged).
@@ -25,7 +23,7 @@ int64_t settle_value(ngx_http_request_t* r, const rl_result_t& res) {
     const rl_limit_t* limit = res.applied->limit;
     ngx_str_t value;
     if (limit->settle_var != NGX_ERROR) {
-        ngx_http_variable_value_t* vv = ngx_http_get_indexed_variable(r, static_cast<ngx_uint_t>(limit->settle_var));
+        ngx_http_variable_value_t* vv = ngx_http_get_flushed_variable(r, static_cast<ngx_uint_t>(limit->settle_var));
         value.len = vv != nullptr && !vv->not_found ? vv->len : 0;
         value.data = vv != nullptr ? vv->data : nullptr;
     } else if (limit->settle_cv == nullptr) {
@@ -61,6 +59,8 @@ ngx_int_t rl_settle_handler(ngx_http_request_t* r) noexcept {
         rl_ctx_t* ctx = rl_get_ctx(r);
         if (ctx == nullptr || ctx->settled) return NGX_DECLINED;
         ctx->settled = true;
+        // Ended while delayed (its client left): the context's cleanup gives back all it took.
+        if (ctx->phase == RL_PHASE_DELAYED) return NGX_DECLINED;
         evaluate(ctx, r);
         // Results kept in a zone's table settle here, under the zones' locks; the others are
         // sent to their stores.

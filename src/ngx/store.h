@@ -69,7 +69,10 @@ inline const rl_store_t* rl_store_of(const rl_result_t& res) {
 // The debt policy a settle's charge is decided on (core/settle.h): found once per limit, or
 // for a tier's policy (per request) now.
 inline rl::Policy rl_debt_of(const rl_result_t& res) {
-    return res.policy == &res.applied->policy ? res.applied->debt : rl::debt_policy(*res.policy);
+    if (res.policy != &res.applied->policy) return rl::debt_policy(*res.policy);
+    rl::Policy debt = res.applied->debt;
+    debt.win = res.policy->win;  // a calendar's current window (the same derived values)
+    return debt;
 }
 
 // What the zone's table keeps per key after its Slot.

@@ -1,7 +1,8 @@
 // A settle is a call of its own, built when the request ends and kept (with its bytes) until
 // its reply, so that it can go again: after a MOVED / ASK / NOSCRIPT as any call does, and once
-// more after a failure. A reply lost after the call ran may then charge twice: it errs on the
-// side of limiting.
+// more, kRetryMs later (a connection that failed is backing off meanwhile), after a failure: no
+// reply, an error, or Redis away when it was to be sent. A reply lost after the call ran may
+// then charge twice: it errs on the side of limiting.
 #include "ngx/redis/settle.h"
 
 #include "core/redis_command.h"
@@ -14,20 +15,55 @@
 
 namespace {
 
+constexpr ngx_msec_t kRetryMs = 500;
+
 struct rl_settle_call_t {
     rl_redis_t* redis;
     rl_metrics_zone_t* metrics;  // its zone's
     ngx_str_t zone;              // its zone's name, for the log
+    uint16_t slot;               // its key's cluster slot
     uint8_t tries;               // redirections so far (rl_node_retry_left)
-    bool again;                  // sent again after a failure already
+    bool again;                  // its second try is set or done
+    ngx_event_t retry;
     size_t len;
     u_char cmd[1];
 };
 
 void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
 
+rl_redis_node_t* node_of(const rl_settle_call_t* call) {
+    rl_redis_t* redis = call->redis;
+    if (redis->cluster) return rl_cluster_route(redis, call->slot);
+    return redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr;
+}
+
 bool send(rl_settle_call_t* call, rl_redis_node_t* node, bool ask) {
     return node != nullptr && rl_node_send(node, call->cmd, call->len, on_reply, call, 1, ask) != nullptr;
+}
+
+void failed(rl_settle_call_t* call, rl_redis_node_t* node, const redisReply* reply);
+
+void on_retry(ngx_event_t* ev) noexcept {
+    auto* call = static_cast<rl_settle_call_t*>(ev->data);
+    rl_redis_node_t* node = node_of(call);
+    if (!send(call, node, false)) failed(call, nullptr, nullptr);
+}
+
+// A failure: the second try, kRetryMs later, or (the second failed too) the end.
+void retry_or_fail(rl_settle_call_t* call, rl_redis_node_t* node, const redisReply* reply) {
+    if (call->again || ngx_exiting || ngx_terminate || ngx_quit) {
+        failed(call, node, reply);
+        return;
+    }
+    call->again = true;
+    // An error reply tells the server's state (a cluster's map, a master that moved) now.
+    if (node != nullptr && reply != nullptr) rl_node_reply_failed(node, "a settle failed", reply);
+    ngx_memzero(&call->retry, sizeof(ngx_event_t));
+    call->retry.handler = on_retry;
+    call->retry.data = call;
+    call->retry.log = call->redis->conn.log;
+    call->retry.cancelable = 1;  // a worker that exits does not wait for it (the settle is lost)
+    ngx_add_timer(&call->retry, kRetryMs);
 }
 
 // A lost settle has a line of its own (once a second per worker), whatever else the server's
@@ -37,7 +73,6 @@ ngx_uint_t lost_suppressed = 0;
 
 void failed(rl_settle_call_t* call, rl_redis_node_t* node, const redisReply* reply) {
     if (call->metrics != nullptr) rl_metrics_add(&call->metrics->settle_failures, 1);
-    // An error reply tells the server's state (a cluster's map, a master that moved).
     if (node != nullptr && reply != nullptr) rl_node_reply_failed(node, "a settle failed", reply);
     if (lost_logged == ngx_time()) {
         lost_suppressed++;
@@ -74,13 +109,9 @@ void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
             break;
         case RL_REPLY_SPLIT:  // one check: nothing to split; as a failure
         case RL_REPLY_FAILED:
-            if (!call->again) {
-                call->again = true;
-                if (send(call, node, false)) return;
-            }
             break;
     }
-    failed(call, node, reply);
+    retry_or_fail(call, node, reply);
 }
 
 // The call of one result's settle: a charge on its debt policy, or a refund of part of its cost.
@@ -111,6 +142,7 @@ rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript
     call->redis = redis;
     call->metrics = zone->metrics;
     call->zone = zone->name;
+    call->slot = redis->cluster ? rl_redis_slot_of(res) : 0;
     call->tries = 0;
     call->again = false;
     return call;
@@ -123,13 +155,13 @@ void rl_redis_settle(rl_ctx_t* ctx) noexcept {
         const rl_result_t& res = ctx->results[i];
         if (res.store != RL_STORE_REDIS || res.delta == 0) continue;
         rl_redis_t* redis = res.applied->zone->redis;
-        rl_redis_node_t* node = redis->cluster ? rl_cluster_route(redis, rl_redis_slot_of(res))
-                                               : (redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr);
-        if (node == nullptr) continue;
-        rl_settle_call_t* call = build(ctx, res, rl_node_script(node));
+        rl_redis_node_t* first = redis->cluster ? nullptr : (redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr);
+        if (redis->cluster) first = rl_cluster_route(redis, rl_redis_slot_of(res));
+        // The call is built for how the node runs the Lua (as Redis was last seen: FCALL
+        // unless it refused functions).
+        rl_settle_call_t* call = build(ctx, res, first != nullptr ? rl_node_script(first) : rl::kPreferredScript);
         if (call == nullptr) continue;
-        if (send(call, node, false)) continue;
-        call->again = true;  // could not be queued (Redis away, too much in flight): as a failure
-        failed(call, nullptr, nullptr);
+        // Not queued (Redis away, too much in flight, no route yet): as a failure.
+        if (!send(call, first, false)) retry_or_fail(call, nullptr, nullptr);
     }
 }

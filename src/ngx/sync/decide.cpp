@@ -211,6 +211,9 @@ void sync_settle(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
     rl_zone_t* zone = res.applied->zone;
     const rl::Policy& p = res.applied->policy;
     rl_sync_key_t* k = rl_sync_key(slot);
+    // A lease owes Redis what its units do not pay: never more than the debt allows (one
+    // capacity past the limit), as a charge in shared memory.
+    int64_t owed_max = res.applied->debt.capacity() - p.capacity();
     int64_t units = res.delta;
     if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL) && rl_sync_shares(zone, p)) {
         int64_t guard = rl_sync_guard_us(zone);
@@ -221,6 +224,7 @@ void sync_settle(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
             units -= take;
             k->spent += take;
         }
+        if (units > owed_max) units = owed_max;
         if (units > 0) rl::delta_add(k->unsent, p, now, units);
     } else if (zone->sync_mode == RL_SYNC_LEASE && !(res.flags & RL_SYNC_LOCAL)) {
         int64_t usable = rl::lease_usable(k->lease, p, now);
@@ -229,6 +233,7 @@ void sync_settle(rl_result_t& res, rl::Slot* slot, int64_t now) noexcept {
             units -= take;
             k->spent += take;
         }
+        if (units > owed_max) units = owed_max;
         if (units > 0) rl::delta_add(k->unsent, p, now, units);
     } else {
         rl::State& s = (res.flags & RL_SYNC_LOCAL) ? k->fallback : slot->state;
