@@ -19,6 +19,16 @@ int64_t tokens_of(const rl::State& s, const rl::Policy& p, int64_t t) {
     return (p.depth - rl::bucket_level(s, p, t)) / p.token;
 }
 
+// An ask of epoch k (0: the current one, 1: the next).
+rl::ShareAsk ask_for(int k, int64_t demand, int64_t rate, int64_t burst) {
+    rl::ShareAsk a;
+    a.epoch_us = kQ;
+    a.demand = demand;
+    a.rate[k] = rate;
+    a.burst[k] = burst;
+    return a;
+}
+
 TEST(SharePool, RefillsAtTheRateNotSharedAndHoldsAtMostWhatNoShareHolds) {
     rl::Policy p = rltest::policy(rl::Algo::gcra, 1000, kSec, 99);  // C = 100
     rl::State s;
@@ -27,23 +37,23 @@ TEST(SharePool, RefillsAtTheRateNotSharedAndHoldsAtMostWhatNoShareHolds) {
     ask.epoch_us = kQ;
     ask.demand = S / 4;
     ask.rate[0] = ask.rate[1] = S / 4;
-    ask.burst[0] = ask.burst[1] = 30;
+    ask.burst[0] = ask.burst[1] = 25;
     int64_t admitted = 0, moved = 0;
     rl::ShareGrant g = rl::share_grant(s, b, p, kT0, ask, 5, 0, 1, &admitted, &moved);
     EXPECT_EQ(admitted, 5);  // from the pool, before the share takes its part
     EXPECT_EQ(g.epoch_at, kT0);
     EXPECT_EQ(g.rate[0], S / 4);
-    EXPECT_EQ(g.burst[1], 30);
+    EXPECT_EQ(g.burst[1], 25);
     EXPECT_EQ(b.rate[0], S / 4);
-    EXPECT_EQ(tokens_of(s, p, kT0), 70);  // at most C - B: 5 admitted, 30 held by the share
+    EXPECT_EQ(tokens_of(s, p, kT0), 75);  // at most C - B: 5 admitted, 25 held by the share
     // Spend the pool, then 40 ms later: 3/4 of the rate came back (30 units), not 40.
-    s = rl::apply_delta(s, p, kT0, rl::Delta{70, 0, kT0});
+    s = rl::apply_delta(s, p, kT0, rl::Delta{75, 0, kT0});
     EXPECT_EQ(tokens_of(s, p, kT0), 0);
     s = rl::share_settle(s, b, p, kT0 + 40 * kMs);
     EXPECT_EQ(tokens_of(s, p, kT0 + 40 * kMs), 30);
     // Long after, within the epochs held: never above C - B.
     s = rl::share_settle(s, b, p, kT0 + 150 * kMs);
-    EXPECT_EQ(tokens_of(s, p, kT0 + 150 * kMs), 70);
+    EXPECT_EQ(tokens_of(s, p, kT0 + 150 * kMs), 75);
     // The next epoch: the book rolls.
     s = rl::share_settle(s, b, p, kT0 + kQ + 1);
     EXPECT_EQ(b.epoch_at, kT0 + kQ);
@@ -52,9 +62,31 @@ TEST(SharePool, RefillsAtTheRateNotSharedAndHoldsAtMostWhatNoShareHolds) {
     // Both epochs over: the book is gone; the pool refills at the whole rate up to C.
     s = rl::share_settle(s, b, p, kT0 + 2 * kQ + 1);
     EXPECT_TRUE(b.empty());
-    EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 1), 70);
-    EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 20 * kMs), 90);
+    EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 1), 75);
+    EXPECT_EQ(tokens_of(s, p, kT0 + 2 * kQ + 20 * kMs), 95);
     EXPECT_EQ(tokens_of(s, p, kT0 + 3 * kQ), 100);
+}
+
+// The book's burst never exceeds the part of the capacity that its rate is of the rate: the
+// pool keeps room for what it refills (else its rate is lost: a host holding 60% of the rate
+// and the whole burst found the pool full for every request its bucket could not admit).
+TEST(SharePool, BurstNoMoreThanTheRatesPart) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 100, kSec, 4);  // C = 5
+    rl::State s;
+    rl::ShareBook b;
+    int64_t admitted = 0, moved = 0;
+    rl::ShareAsk a = ask_for(1, S, S * 6 / 10, 5);
+    rl::ShareGrant g = rl::share_grant(s, b, p, kT0, a, 0, 0, 1, &admitted, &moved);
+    EXPECT_EQ(g.rate[1], S * 6 / 10);
+    EXPECT_EQ(g.burst[1], 3);  // 60% of 5
+    // More of the rate brings more of the burst, up to all of it with all of the rate.
+    a.rate[1] = S / 10;
+    g = rl::share_grant(s, b, p, kT0, a, 0, 0, 1, &admitted, &moved);
+    EXPECT_EQ(g.burst[1], 1);  // 70% of 5: 4 in all
+    a.rate[1] = S;
+    g = rl::share_grant(s, b, p, kT0, a, 0, 0, 1, &admitted, &moved);
+    EXPECT_EQ(b.rate[1], S);
+    EXPECT_EQ(b.burst[1], 5);
 }
 
 TEST(SharePool, GrantsAtMostWhatIsFreeAndTheHostsPart) {
@@ -168,6 +200,91 @@ TEST(ShareHost, RefillsAtItsRateUpToItsBurstAndTakesTheSmallerShareAtABoundary) 
     EXPECT_EQ(rl::share_available(h, p), 0);
     EXPECT_FALSE(rl::share_holds(h, kT0 + kQ));
     EXPECT_FALSE(rl::share_take(h, p, kT0 + 2 * kQ + guard + 50 * kMs, guard, 1));
+}
+
+// Around a boundary three epochs count: a round just past it asks the next one while the one
+// ending is still in force (within the guard). All three are held: the share in force stays the
+// smaller of the two at the boundary, not nothing (its bucket was emptied, every request then
+// drew on the pool, in vain once another host's share held all of the burst).
+TEST(ShareHost, HoldsThreeEpochsAroundABoundary) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 100, kSec, 4);  // C = 5
+    const int64_t guard = 2 * kMs;
+    rl::HostShare h;
+    rl::ShareAsk asked;
+    asked.epoch_us = kQ;
+    asked.rate[0] = asked.rate[1] = S;
+    asked.burst[0] = asked.burst[1] = 5;
+    rl::ShareGrant g;
+    g.epoch_at = kT0;
+    g.rate[0] = g.rate[1] = S;
+    g.burst[0] = g.burst[1] = 5;
+    rl::share_add(h, p, kT0 + 10 * kMs, guard, asked, g, 5);
+    EXPECT_EQ(rl::share_available(h, p), 5);
+    // 1 ms past the boundary (its guard: 2 ms), the epoch after the next is granted.
+    rl::ShareAsk ahead;
+    ahead.epoch_us = kQ;
+    ahead.rate[1] = S;
+    ahead.burst[1] = 5;
+    rl::ShareGrant g2;
+    g2.epoch_at = kT0 + kQ;
+    g2.rate[1] = S;
+    g2.burst[1] = 5;
+    rl::share_add(h, p, kT0 + kQ + 1 * kMs, guard, ahead, g2, 0);
+    EXPECT_TRUE(rl::share_holds(h, kT0));
+    EXPECT_TRUE(rl::share_holds(h, kT0 + kQ));
+    EXPECT_TRUE(rl::share_holds(h, kT0 + 2 * kQ));
+    EXPECT_EQ(rl::share_effective(h, kT0 + kQ + 1 * kMs, guard).burst, 5);
+    EXPECT_TRUE(rl::share_take(h, p, kT0 + kQ + 1 * kMs, guard, 5));
+    // Past the guard the ending one goes; a give-back names the two latest.
+    rl::share_advance(h, p, kT0 + kQ + guard, guard);
+    EXPECT_FALSE(rl::share_holds(h, kT0));
+    EXPECT_EQ(h.held[0].at, kT0 + kQ);
+    EXPECT_EQ(h.held[1].at, kT0 + 2 * kQ);
+    rl::ShareAsk a2;
+    a2.epoch_us = kQ;
+    a2.rate[0] = S;
+    rl::ShareGrant g3;
+    g3.epoch_at = kT0 - kQ;  // a reply late beyond its epoch (and the one after): nothing held of it
+    g3.rate[0] = S;
+    rl::share_add(h, p, kT0 + kQ + 3 * kMs, guard, a2, g3, 0);
+    EXPECT_FALSE(rl::share_holds(h, kT0 - kQ));
+    int64_t units = 0;
+    rl::HostShare h3 = h;
+    h3.held[2] = h3.held[1];
+    h3.held[1] = h3.held[0];
+    h3.held[0] = rl::Share{kT0, S, 5};
+    rl::ShareAsk back = rl::share_give_back_ask(h3, p, &units);
+    EXPECT_EQ(back.back_at, kT0 + kQ);
+    EXPECT_EQ(back.back_rate[0], S);
+    EXPECT_EQ(back.back_rate[1], S);
+}
+
+// A demand is measured over the last span, or since the key's run began if later, never over
+// less than the floor.
+TEST(ShareHost, DemandSpan) {
+    EXPECT_EQ(rl::share_demand_span(kQ, 0, kT0, 50 * kMs), kQ);                    // no run recorded
+    EXPECT_EQ(rl::share_demand_span(kQ, kT0 - 300 * kMs, kT0, 50 * kMs), kQ);      // an old run
+    EXPECT_EQ(rl::share_demand_span(kQ, kT0 - 80 * kMs, kT0, 50 * kMs), 80 * kMs); // a young one
+    EXPECT_EQ(rl::share_demand_span(kQ, kT0 - 10 * kMs, kT0, 50 * kMs), 50 * kMs); // just begun
+    EXPECT_EQ(rl::share_demand_span(kQ, kT0 + 10 * kMs, kT0, 50 * kMs), 50 * kMs); // a clock gone back
+}
+
+// More of the current epoch, asked at a round, brings units of the pool with its burst: the
+// pool's units are not lost to the floor that the new burst raises.
+TEST(SharePool, MoreOfTheCurrentEpochBringsUnitsOfThePool) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 100, kSec, 4);  // C = 5
+    rl::State s;
+    rl::ShareBook b;
+    int64_t admitted = 0, moved = 0;
+    rl::ShareAsk first = ask_for(0, S / 2, S / 2, 3);
+    rl::share_grant(s, b, p, kT0, first, 0, 0, 2, &admitted, &moved);
+    EXPECT_EQ(b.burst[0], 3);
+    EXPECT_EQ(tokens_of(s, p, kT0), 2);  // the pool: C - B
+    rl::ShareAsk more = ask_for(0, S, S / 2, 2);
+    rl::ShareGrant g = rl::share_grant(s, b, p, kT0 + kMs, more, 0, rl::share_units_wanted(more), 1, &admitted, &moved);
+    EXPECT_EQ(g.burst[0], 2);
+    EXPECT_EQ(moved, 2);  // the pool's two units go to the host with the burst
+    EXPECT_EQ(tokens_of(s, p, kT0 + kMs), 0);
 }
 
 TEST(ShareHost, AsksFollowDemand) {

@@ -383,8 +383,9 @@ class Sim {
     int64_t demand_of(Host& h, int64_t t) {
         auto old = std::find_if(h.seen.begin(), h.seen.end(), [&](int64_t x) { return x > t - epoch_; });
         h.seen.erase(h.seen.begin(), old);
-        // Over the last epoch, or since the key was first seen if that is later.
-        return rl::share_demand(sc_.p, static_cast<int64_t>(h.seen.size()), std::min(epoch_, t - h.first_seen + 1));
+        // Over the last epoch, or since the key was first seen if that is later (as the engine).
+        return rl::share_demand(sc_.p, static_cast<int64_t>(h.seen.size()),
+                                rl::share_demand_span(epoch_, h.first_seen, t, sc_.T / 2));
     }
 
     static bool asks(const rl::SyncItem& it) {
@@ -423,7 +424,7 @@ class Sim {
         const int64_t ht = t + h.skew;
         bool cold = !rl::share_holds(h.share, rl::window_start(ht, epoch_));
         it.share = cold ? rl::share_cold_ask(sc_.p, epoch_, sc_.hosts, ht) : rl::share_draw_ask(epoch_);
-        it.want = cold ? it.share.burst[0] : 0;  // units wanted in its new bucket
+        it.want = rl::share_units_wanted(it.share);  // units wanted in its new bucket
         if (cold) h.asks.asked_more = rl::window_start(ht, epoch_);
         h.waiting += h.pending - it.need;
         h.pending = 0;
@@ -436,13 +437,14 @@ class Sim {
         const int64_t ht = t + h.skew;
         rl::SyncItem it = item();
         bool idle = h.last_seen <= t - 2 * epoch_;
-        if (idle && (h.share.held[0].at != 0 || h.share.held[1].at != 0)) {
+        if (idle && rl::share_holds_any(h.share)) {
             it.share = rl::share_give_back_ask(h.share, sc_.p, &it.give_back);  // unused for two epochs: used no more from now
             if (it.share.epoch_us > 0) send(host, it, t);
             return;
         }
         if (idle || h.asking > 0) return;
         it.share = rl::share_round_ask(h.share, h.asks, sc_.p, epoch_, ht, demand_of(h, t));
+        it.want = rl::share_units_wanted(it.share);
         if (it.share.epoch_us == 0) return;
         h.asking++;
         send(host, it, t);
@@ -474,12 +476,12 @@ class Sim {
         int64_t got = rl::take_share_reply(h.share, msg.item, msg.result, ht, guard_);
         rl::share_asks_reply(h.asks, msg.item, msg.result, ht);
         if (asks(msg.item)) h.asking--;
-        // The requests that waited: admitted by Redis if their need fitted, unless they gave up
-        // waiting (a reply later than a second: replayed after a loss).
+        // The requests that waited: admitted by Redis if their need fitted (at the grant, as a
+        // lease's), unless they gave up waiting (a reply later than a second: replayed after a loss).
         bool in_time = t - msg.first_sent < kSec;
         for (int64_t k = 0; msg.item.need > 0 && k < msg.item.need; k++) {
             if (k < got && in_time) {
-                admit(h, t);
+                admit(h, msg.redis_at);
             } else {
                 refused_waiting_++;
             }

@@ -1071,6 +1071,8 @@ function(keys, argv)
             local q = min(min(clamp(wr[k], 0, PARTS), PARTS - bk[2 + k]), rate_cap)
             local n = min(min(clamp(wb[k], 0, cap), cap - bk[4 + k]), bcap)
             if q < 0 then q = 0 end
+            local r = bk[2 + k] + q
+            n = min(n, (cap - cap % PARTS) / PARTS * r + ceil_div((cap % PARTS) * r, PARTS) - bk[4 + k])
             if n < 0 then n = 0 end
             bk[2 + k], bk[4 + k] = bk[2 + k] + q, bk[4 + k] + n
             g[1 + k], g[3 + k] = q, n

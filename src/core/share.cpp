@@ -113,15 +113,20 @@ ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, con
         int64_t q = min64(min64(clamp(ask.rate[k], 0, kShareParts), kShareParts - b.rate[k]), rate_cap);
         int64_t u = min64(min64(clamp(ask.burst[k], 0, cap), cap - b.burst[k]), burst_cap);
         q = max64(q, 0);
+        // No more of the burst than of the rate: the pool, refilled at the rate no share holds,
+        // keeps room for what it refills, or the requests it is there for find it full.
+        const int64_t rate = b.rate[k] + q;
+        u = min64(u, (cap / kShareParts) * rate + ceil_div((cap % kShareParts) * rate, kShareParts) - b.burst[k]);
         u = max64(u, 0);
         b.rate[k] += q;
         b.burst[k] += u;
         g.rate[k] = q;
         g.burst[k] = u;
     }
-    // A first share of the current epoch starts with units of the pool, up to its burst, if the
-    // requests waiting got all they needed: the host held nothing of this epoch, so its bucket
-    // with them stays within the burst counted for it, even while they travel.
+    // A share of the current epoch granted now (a first one, or more of one held) starts with
+    // units of the pool, up to the burst granted, if the requests waiting got all they needed:
+    // the host's bucket with them stays within the burst counted for it, even while they travel
+    // (until the reply it holds at most its earlier burst).
     if (tokens > 0 && g.burst[0] > 0 && *admitted == need && level < p.depth) {
         *moved = min64(min64(tokens, g.burst[0]), (p.depth - level) / p.token);
         level += *moved * p.token;
@@ -134,6 +139,20 @@ ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, con
 // ---- the host's side ---------------------------------------------------------------------
 
 namespace {
+
+// The epochs held first, oldest first, then the empty ones.
+void sort_held(HostShare& h) {
+    for (int i = 1; i < kSharesHeld; i++) {
+        for (int j = i; j > 0; j--) {
+            const Share& a = h.held[j - 1];
+            const Share& b = h.held[j];
+            if (b.at == 0 || (a.at != 0 && a.at <= b.at)) break;
+            Share x = h.held[j - 1];
+            h.held[j - 1] = h.held[j];
+            h.held[j] = x;
+        }
+    }
+}
 
 Share held_at(const HostShare& h, int64_t epoch_at) {
     for (const Share& s : h.held) {
@@ -200,10 +219,7 @@ void share_advance(HostShare& h, const Policy& p, int64_t now, int64_t guard) {
     for (Share& s : h.held) {
         if (s.at != 0 && s.at + h.epoch_us + g <= now) s = Share{};
     }
-    if (h.held[0].at == 0 && h.held[1].at != 0) {
-        h.held[0] = h.held[1];
-        h.held[1] = Share{};
-    }
+    sort_held(h);
 }
 
 int64_t share_available(const HostShare& h, const Policy& p) { return h.tokens / p.token; }
@@ -235,19 +251,15 @@ void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const 
         for (Share& s : h.held) {
             if (slot == nullptr && s.at == 0) slot = &s;
         }
-        if (slot == nullptr) {  // both held are other epochs: the older goes, if older
-            slot = h.held[0].at < h.held[1].at ? &h.held[0] : &h.held[1];
+        if (slot == nullptr) {  // all held are other epochs: the oldest goes, if older (over by now)
+            slot = &h.held[0];
             if (slot->at > at) continue;
             *slot = Share{};
         }
         slot->at = at;
         slot->rate += g.rate[k];
         slot->burst += g.burst[k];
-    }
-    if (h.held[0].at != 0 && h.held[1].at != 0 && h.held[1].at < h.held[0].at) {
-        Share x = h.held[0];
-        h.held[0] = h.held[1];
-        h.held[1] = x;
+        sort_held(h);
     }
     // Units moved from the pool into its bucket: never above the share in force now (a reply
     // later than its epoch brings none).
@@ -265,6 +277,11 @@ int64_t share_demand(const Policy& p, int64_t units, int64_t span_us) {
     __int128 den = static_cast<__int128>(p.requests) * span_us;
     __int128 d = (num + den - 1) / den;
     return d > kShareDemandMax ? kShareDemandMax : static_cast<int64_t>(d);
+}
+
+int64_t share_demand_span(int64_t span_us, int64_t since, int64_t now, int64_t floor_us) {
+    int64_t span = since > 0 && now - since < span_us ? now - since : span_us;
+    return span > floor_us ? span : floor_us;
 }
 
 ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts, int64_t now) {
@@ -326,7 +343,10 @@ ShareAsk share_give_back_ask(HostShare& h, const Policy& p, int64_t* units) {
     *units = share_available(h, p);
     if (h.epoch_us <= 0) return ask;
     ask.epoch_us = h.epoch_us;
-    ask.back_at = h.held[0].at != 0 ? h.held[0].at : h.held[1].at;
+    // The two latest epochs held: Redis's book has no other (an earlier one is ending).
+    int n = 0;
+    while (n < kSharesHeld && h.held[n].at != 0) n++;
+    ask.back_at = h.held[n > 2 ? n - 2 : 0].at;
     for (const Share& s : h.held) {
         if (s.at == 0 || ask.back_at == 0) continue;
         int j = s.at == ask.back_at ? 0 : (s.at == ask.back_at + h.epoch_us ? 1 : -1);

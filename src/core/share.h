@@ -71,7 +71,8 @@ void share_give_back(ShareBook& book, const ShareAsk& ask);
 
 // The grant at `now` (after share_settle): of `need` units (requests waiting: no share held, or
 // its bucket empty), as many as the pool holds are admitted from it (*admitted); then each epoch asked gets at most what
-// is free and at most the host's part of the burst, d / D (D: the larger of the demands recorded
+// is free, at most the part of the burst that the book's rate is of the rate (the pool keeps
+// room for what it refills), at most the host's part of the burst, d / D (D: the larger of the demands recorded
 // for the two epochs and d; a demand is recorded by an ask for the next epoch without a need), and of the
 // rate once 1.5 D exceeds it; the pool is floored at the new B. A new share's bucket starts empty:
 // no token is ever in flight. `s` is updated.
@@ -93,14 +94,18 @@ struct Share {
     int64_t burst = 0;  // units
 };
 
+// Around a boundary three epochs count: the one ending (in force until the guard is past), the
+// one beginning, and the next, whose share a round may ask as soon as the boundary is crossed.
+constexpr int kSharesHeld = 3;
+
 struct HostShare {
-    Share held[2];        // the epochs held, the older first
+    Share held[kSharesHeld];  // the epochs held, the oldest first (then the empty ones)
     int64_t epoch_us = 0;
     int64_t tokens = 0;   // scaled units in the host's bucket
     int64_t frac = 0;     // and parts of kShareParts of one
     int64_t at = 0;       // as of (Redis's clock as the host reads it)
 };
-static_assert(sizeof(HostShare) == 80, "kept in shared-memory slots");
+static_assert(sizeof(HostShare) == 104, "kept in shared-memory slots");
 
 // The share that bounds the host at `t`: the smaller (rate and burst apart) of the epochs
 // within `guard` of t; none where it holds none.
@@ -122,11 +127,17 @@ bool share_take(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64
 void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const ShareAsk& asked, const ShareGrant& g,
                int64_t tokens);
 
-// Whether the host holds a share for the epoch `epoch_at`.
+// Whether the host holds a share for the epoch `epoch_at`; for any epoch.
 bool share_holds(const HostShare& h, int64_t epoch_at);
+inline bool share_holds_any(const HostShare& h) { return h.held[0].at != 0; }
 
 // A demand in parts of the rate: `units` arrived over `span_us`.
 int64_t share_demand(const Policy& p, int64_t units, int64_t span_us);
+
+// The span a demand is measured over at `now`: the last `span_us`, or since the key's run began
+// (`since`) if later, never less than `floor_us` (a few requests just before a round are not a
+// rate: overstated, they would shrink the other hosts' parts).
+int64_t share_demand_span(int64_t span_us, int64_t since, int64_t now, int64_t floor_us);
 
 // What a host asks, per key.
 struct ShareAsks {
@@ -134,6 +145,7 @@ struct ShareAsks {
     int64_t asked_more = 0;  // the epoch it last asked more of
     int64_t capped = 0;      // 1: its last ask ahead got less than it wanted (the rate is all taken)
     int64_t dry = 0;         // the epoch in which the pool last had nothing for a request that waited
+    int64_t since = 0;       // its first arrival after two epochs without any: its demand is measured from then
 };
 
 // A request its bucket cannot admit (a share held): whether it waits for units from the pool
@@ -143,6 +155,11 @@ bool share_may_draw(const ShareAsks& a, int64_t epoch_us, int64_t now);
 
 // A draw: the requests' units from the pool, nothing else.
 ShareAsk share_draw_ask(int64_t epoch_us);
+
+// The units a host asks to move from the pool into its bucket with `a` (the item's `want`): the
+// burst it asks of the current epoch, a first share's or more of one held. Redis moves what the
+// pool holds of it, once the requests waiting got all they needed.
+inline int64_t share_units_wanted(const ShareAsk& a) { return a.burst[0] > 0 ? a.burst[0] : 0; }
 
 // A key without a share for the current epoch (a request waits): an equal part (1 / hosts) of
 // the rate and of the burst, for the current epoch (the next is asked at the next round, on the

@@ -50,6 +50,7 @@ rl::Decision share_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
     }
     if (!(res.flags & RL_SYNC_WAITED)) {
         k->spent += res.cost;  // its demand: every arrival, once
+        if (k->used_at == 0 || now - k->used_at >= 2 * epoch) k->asks.since = now;  // a run begins
         k->used_at = now;
         rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));  // its next share is asked at the round
     }

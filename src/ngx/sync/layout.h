@@ -29,7 +29,7 @@ struct rl_sync_key_t {
 };
 static_assert(sizeof(rl_sync_key_t) % 8 == 0, "kept in shared-memory slots");
 
-constexpr uint32_t kRlSyncMagic = 0x524c5333;  // "RLS3": bump when the layout changes
+constexpr uint32_t kRlSyncMagic = 0x524c5334;  // "RLS4": bump when the layout changes
 constexpr size_t kRlHostIdLen = 48;
 
 // Per zone, at the start of its block, then `cap` dirty slot references, then `cap` flags.

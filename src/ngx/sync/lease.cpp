@@ -121,7 +121,7 @@ rl_sync_item_t* ask_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t al
         bool held = rl::share_holds(k->share, rl::window_start(now, epoch));
         it->si.share = held ? rl::share_draw_ask(epoch) : rl::share_cold_ask(*policy, epoch, it->si.hosts, now);
         if (!held) k->asks.asked_more = rl::window_start(now, epoch);
-        it->si.want = held ? 0 : it->si.share.burst[0];  // a new share's bucket starts with units of the pool
+        it->si.want = rl::share_units_wanted(it->si.share);  // a new share's bucket starts with units of the pool
         it->si.delta = k->unsent;
         k->unsent = rl::Delta{};
         return it;

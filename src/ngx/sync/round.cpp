@@ -113,15 +113,18 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                 // of this one if short; given back once unused for two epochs.
                 const int64_t epoch = rl_sync_epoch_us(zone);
                 int64_t units = k->spent + k->rate;
-                int64_t demand = rl::share_demand(*p, units, k->rate > 0 ? epoch : zone->sync_us);
+                int64_t span = rl::share_demand_span(k->rate > 0 ? epoch : zone->sync_us, k->asks.since, now,
+                                                     zone->sync_us / 2);
+                int64_t demand = rl::share_demand(*p, units, span);
                 k->rate = k->spent;
                 k->spent = 0;
-                bool holds = k->share.held[0].at != 0 || k->share.held[1].at != 0;
+                bool holds = rl::share_holds_any(k->share);
                 if (holds && (final || now - k->used_at >= 2 * epoch)) {
                     si.share = rl::share_give_back_ask(k->share, *p, &si.give_back);
                     holds = false;
                 } else if (!final && units > 0 && (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
                     si.share = rl::share_round_ask(k->share, k->asks, *p, epoch, now, demand);
+                    si.want = rl::share_units_wanted(si.share);
                     if (si.share.epoch_us > 0) k->asked_at = now;
                 }
                 if (holds) {
