@@ -35,6 +35,9 @@ package RLTest;
 #   SentinelChecks  alternate, exact_on_master, kill_master_under_load: the checks t/71 and
 #               t/73 share (two instances in front of a Sentinel set; see its header)
 #   Sync        sync-zone helpers, `use RLTest::Sync;` (see its header)
+#   Grpc        a gRPC upstream ending calls with a chosen trailer, and a gRPC client
+#               (/usr/bin/python3 with python3-grpcio), `use RLTest::Grpc qw(grpc_missing
+#               start_grpc grpc_call);` (see its header)
 #
 # This file itself: every test file is bounded in time (RLTEST_TIMEOUT seconds, default
 # 150: then it dies, and the END below stops what it started), and the teardown check: at
