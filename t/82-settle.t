@@ -9,7 +9,9 @@
 #  - Tokens from a response header: debt, the exact Retry-After, the debt capped at one bucket,
 #    the headers showing the state at decision time; from a trailer where this nginx passes
 #    trailers to $upstream_trailer_NAME (proxy_pass_trailers, nginx >= 1.27.2; Debian's 1.22
-#    drops them: checked).
+#    drops them: checked); from a gRPC upstream's trailing metadata through grpc_pass (every
+#    version; RLTest::Grpc, skipped without python3-grpcio): unary and streamed calls, none,
+#    debt and the rejection a gRPC client sees.
 #  - Refund on 502 (upstream down) and 504 (upstream too slow): failures eat no quota.
 #  - Bytes ($bytes_sent), also for a client that closes mid-body: settled once, what was sent.
 #  - Internal redirects settled once; subrequests (SSI, mirror) not settled; dry run.
@@ -24,6 +26,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::Backend qw(start_backend send_request);
+use RLTest::Grpc qw(grpc_missing start_grpc grpc_call);
 use Test::More;
 use POSIX qw(ceil);
 use Socket qw(SOL_SOCKET SO_RCVBUF);
@@ -39,10 +42,11 @@ my $bp = $b->port;
 my $dead = free_port();           # nothing listens there: 502
 
 # Which routes pass an upstream's trailers to $upstream_trailer_NAME: proxy_pass with
-# proxy_pass_trailers (nginx 1.27.2 and later). gRPC (grpc_pass) is not tested: it needs an
-# HTTP/2 gRPC upstream.
+# proxy_pass_trailers (nginx 1.27.2 and later); grpc_pass (every version: tested below with a
+# gRPC upstream, over `listen ... http2` before 1.25.1, `http2 on;` after).
 my (undef, $v_out) = run_cmd(10, nginx_bin(), '-V');
 my ($version) = $v_out =~ m{nginx/(\d+\.\d+\.\d+)};
+my $h2_new = $version && sprintf('%03d%03d%03d', split /\./, $version) ge '001025001';
 my ($pt_rc) = nginx_t(<<"EOF");
     server { listen 127.0.0.1:%%PORT%%; location / { proxy_pass_trailers on; proxy_pass http://127.0.0.1:$bp; } }
 EOF
@@ -272,7 +276,7 @@ sub two_workers {
     ok(defined $v && ($v eq '' || $v eq '-'), "trailer: proxy_pass without proxy_pass_trailers: \$upstream_trailer_x_tokens empty (nginx $version)")
       or diag("got '$v'");
     SKIP: {
-        skip "nginx $version has no proxy_pass_trailers: no route passes trailers to \$upstream_trailer_NAME but grpc_pass (needs a gRPC upstream: not tested)", 6
+        skip "nginx $version has no proxy_pass_trailers: no route passes trailers to \$upstream_trailer_NAME but grpc_pass (tested below)", 6
           unless $pass_trailers;
         $t = tag();
         ($st) = http_request($n->port, "/trpass?key=tr&chunked=1&bytes=100&trailer=X-Tokens:42&tag=$t");
@@ -290,6 +294,104 @@ sub two_workers {
         ok($ra == 51 || ($span >= 1 && $ra == ceil(51 - $span)), "trailer: Retry-After $ra (51 s of debt)");
         my $s = api('tok', $k);
         ok(($s->{retry_after_ms} // 0) > 49000, 'trailer: the API shows the debt');
+    }
+}
+
+# ------------------------------------------------------------------ tokens: a gRPC trailer
+# grpc_pass reads the upstream's trailers (the grpc-status HEADERS frame) into
+# $upstream_trailer_NAME on every nginx with it (1.22 too). The upstream is t/lib/grpc_tokens.py
+# (RLTest::Grpc): a call asking "tokens=N" ends with the trailing metadata "x-tokens: N".
+{
+    my $why = grpc_missing();
+    my $h2_listen = $h2_new ? "listen 127.0.0.1:%%PORT1%%;\n        http2 on;" : 'listen 127.0.0.1:%%PORT1%% http2;';
+    if (!$why) {
+        my ($rc, $out) = nginx_t("    server { $h2_listen location / { grpc_pass grpc://127.0.0.1:$bp; } }\n");
+        $why = "nginx $version has no grpc_pass over HTTP/2: $out" if $rc != 0;
+    }
+    SKIP: {
+        skip "gRPC trailer not tested: $why", 20 if $why;
+        my $g = start_grpc();
+        my $gp = $g->port;
+        # tok1h: a bucket of 100 refilling one unit every 36 s: no refill within the test.
+        my $gn = start_nginx(<<"EOF2");
+    log_format g '\$http_x_tag|\$status|\$ratelimit_status|\$ratelimit_settled|\$upstream_trailer_x_tokens';
+    ratelimit_zone tok1h key=\$http_x_key requests=100 period=1h burst=99;
+    server {
+        $h2_listen
+        access_log %%DIR%%/access.log g;
+        location / { ratelimit zone=tok1h quantity=1 settle=\$upstream_trailer_x_tokens; grpc_pass grpc://127.0.0.1:$gp; }
+    }
+    server { listen 127.0.0.1:%%PORT%%; location /api/ { ratelimit_api; } }
+EOF2
+        my $hp = ($gn->ports)[1];
+        # (status, ratelimit_status, settled, trailer) of the call tagged $t, awaited
+        my $glog = sub {
+            my ($t) = @_;
+            my $deadline = time + 5;
+            while (1) {
+                for my $l (split /\n/, slurp($gn->dir . '/access.log')) {
+                    my @f = split /\|/, $l, -1;
+                    return join ' ', @f[1 .. 4] if $f[0] eq $t;
+                }
+                return '' if time > $deadline;
+                sleep 0.02;
+            }
+        };
+        my $call = sub {
+            my ($method, $req, $k, $t) = @_;
+            return grpc_call($hp, $method, $req, { 'x-key' => $k, 'x-tag' => $t });
+        };
+        my $rem = sub { my $s = $gn->key_state('tok1h', $_[0]); return $s->{remaining} // "status $s->{status}" };
+
+        # 42 tokens in a unary call's trailer: the key keeps 100 - 42.
+        my $k = fresh_key('g');
+        my $t = tag();
+        my $r = $call->('Unary', 'tokens=42', $k, $t);
+        is($r->{code}, 'OK', 'gRPC: a unary call through grpc_pass') or diag(explain $r);
+        is($r->{trailing}{'x-tokens'}, '42', 'gRPC: the client got the trailer x-tokens: 42');
+        my ($item) = parse_sf_list($r->{initial}{ratelimit});
+        is($item ? $item->{r} : undef, 99, 'gRPC: its RateLimit header shows the decision (quantity 1: 99 left)');
+        is($glog->($t), '200 PASSED 42 42', "gRPC: \$upstream_trailer_x_tokens and \$ratelimit_settled 42 (nginx $version)");
+        is($rem->($k), 58, 'gRPC: the key has 100 - 42 = 58 left');
+
+        # A call without the trailer: the empty value settles nothing, the 1 taken stays.
+        $k = fresh_key('g');
+        $t = tag();
+        $r = $call->('Unary', '', $k, $t);
+        is(join(' ', $r->{code}, scalar keys %{ $r->{trailing} }), 'OK 0', 'gRPC: a call ending without x-tokens');
+        is($glog->($t), '200 PASSED - -', 'gRPC: no trailer: nothing settled');
+        is($rem->($k), 99, 'gRPC: no trailer: the key keeps what quantity took (99 left)');
+        like($gn->error_log, qr/ratelimit zone "tok1h": invalid settle "", settled nothing/, 'gRPC: no trailer: logged');
+
+        # A streamed call: 5 messages, then the trailer.
+        $k = fresh_key('g');
+        $t = tag();
+        $r = $call->('Stream', 'tokens=30 messages=5', $k, $t);
+        is(join(' ', $r->{code}, $r->{messages}, $r->{trailing}{'x-tokens'} // '-'), 'OK 5 30',
+            'gRPC: a streamed call: 5 messages, then the trailer x-tokens: 30');
+        is($glog->($t), '200 PASSED 30 30', 'gRPC: streamed: settled the trailer\'s 30');
+        is($rem->($k), 70, 'gRPC: streamed: the key has 70 left');
+
+        # Debt: 150 tokens take the key 51 units past room for one: 51 x 36 s.
+        $k = fresh_key('g');
+        my $t0 = time;
+        $t = tag();
+        $r = $call->('Unary', 'tokens=150', $k, $t);
+        is($r->{code}, 'OK', 'gRPC: 150 tokens on a fresh key: admitted');
+        is($glog->($t), '200 PASSED 150 150', 'gRPC: settled 150');
+        my $s = $gn->key_state('tok1h', $k);
+        my $lag = (time - $t0) * 1000;
+        is($s->{remaining}, 0, 'gRPC: the key is in debt: nothing left');
+        ok(defined $s->{retry_after_ms} && $s->{retry_after_ms} <= 1836000 && $s->{retry_after_ms} >= 1836000 - $lag - 1,
+            "gRPC: retry_after_ms $s->{retry_after_ms} is 51 x 36 s less the time since (<= ${\ int $lag} ms)");
+        $t = tag();
+        $r = $call->('Unary', 'tokens=1', $k, $t);
+        is($r->{code}, 'UNAVAILABLE', 'gRPC: the next call fails (grpc-python maps HTTP 429 to UNAVAILABLE)');
+        like($r->{details}, qr/\b429\b/, 'gRPC: its details name the 429');
+        is($glog->($t), '429 REJECTED - -', 'gRPC: rejected, settled nothing');
+        is($rem->($k), 0, 'gRPC: the rejection changed nothing');
+        $g->stop;
+        $gn->stop;
     }
 }
 
