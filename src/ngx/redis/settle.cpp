@@ -122,9 +122,19 @@ constexpr size_t kCallIdLen = 12 + 1 + 16;  // below 2^48, '.', a 64-bit count
 static_assert(kCallIdLen <= rl::kCallIdMax, "a settle's call id is sent whole");
 
 size_t next_call_id(u_char* buf) {
+    static u_char owner[13];  // "<owner>.", formatted once per worker (the owner is the worker's)
+    static size_t owner_len;
     static uint64_t count;
-    return static_cast<size_t>(ngx_snprintf(buf, kCallIdLen, "%xL.%xL", static_cast<int64_t>(rl_held_owner()),
-                                                   static_cast<int64_t>(++count)) - buf);
+    if (owner_len == 0) {
+        const auto id = static_cast<int64_t>(rl_held_owner());
+        owner_len = static_cast<size_t>(ngx_snprintf(owner, sizeof(owner), "%xL.", id) - owner);
+    }
+    u_char* p = ngx_cpymem(buf, owner, owner_len);
+    uint64_t n = ++count;
+    int digits = 1;
+    while (digits < 16 && (n >> (4 * digits)) != 0) digits++;
+    for (int i = digits - 1; i >= 0; i--) *p++ = "0123456789abcdef"[(n >> (4 * i)) & 0xf];
+    return static_cast<size_t>(p - buf);
 }
 
 // The call of one result's settle: a charge on its debt policy, or a refund of part of its cost.
