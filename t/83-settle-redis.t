@@ -13,6 +13,9 @@
 #  - Script calls: none for a settle equal to its quantity, one for a charge.
 #  - A settle Redis does not take (Redis killed while the request runs): counted once in
 #    nginx_ratelimit_settle_failures_total, and logged.
+#  - A settle whose reply is lost after Redis ran it (a proxy drops the reply and the
+#    connection): its retry, with the same call id, charges (or refunds) nothing more. Lost once:
+#    applied once, no failure counted; lost on both tries: applied once, counted and logged.
 use strict;
 use warnings;
 BEGIN { $ENV{RLTEST_TIMEOUT} ||= 240 }
@@ -37,6 +40,7 @@ my $redis = start_redis();
 my $rp    = $redis->port;
 my $quiet = start_redis();    # only the zone whose script calls are counted
 my $flaky = start_redis();    # killed while a request waits for its settle
+my $lost  = start_proxy(upstream => $redis);    # throws away settle replies Redis ran
 my $c     = start_redis_cluster(primaries => 3);
 my $seeds = $c->seeds;
 my $b     = start_backend();
@@ -48,6 +52,7 @@ my $http = <<"EOF";
     ratelimit_redis rc cluster $seeds timeout=500ms;
     ratelimit_redis quiet 127.0.0.1:${\ $quiet->port} timeout=500ms;
     ratelimit_redis flaky 127.0.0.1:${\ $flaky->port} timeout=500ms;
+    ratelimit_redis lost 127.0.0.1:${\ $lost->port} timeout=500ms prefix=t83lost:;
     map \$status \$login_failed { 401 1; 403 1; default 0; }
     map \$status \$charged { ~^50[234] 0; default 1; }
     ratelimit_zone lr  key=\$arg_user requests=5 period=24h algo=fixed redis=main;
@@ -61,6 +66,8 @@ my $http = <<"EOF";
     ratelimit_zone ref key=\$arg_k requests=3 period=24h algo=fixed redis=main;
     ratelimit_zone lq  key=\$arg_user requests=5 period=24h algo=fixed redis=quiet;
     ratelimit_zone lf  key=\$arg_user requests=5 period=24h algo=fixed redis=flaky;
+    ratelimit_zone lp  key=\$arg_user requests=5 period=24h algo=fixed redis=lost;
+    ratelimit_zone rp  key=\$arg_k requests=3 period=24h algo=fixed redis=lost;
     proxy_set_header X-Worker \$pid;
     server {
         listen 127.0.0.1:%%PORT%% reuseport;
@@ -73,6 +80,9 @@ my $http = <<"EOF";
         location /ld    { ratelimit_on_error deny; ratelimit zone=ld quantity=0 settle=1; ratelimit zone=gz; proxy_pass $up; }
         location /tok   { ratelimit zone=tok quantity=0 settle=\$upstream_http_x_tokens; proxy_pass $up; }
         location /lf    { ratelimit zone=lf quantity=0 settle=\$login_failed; proxy_pass $up; }
+        location /lp    { ratelimit zone=lp quantity=0 settle=\$login_failed; proxy_pass $up; }
+        location /rp    { ratelimit zone=rp settle=\$charged; proxy_pass http://127.0.0.1:$dead; }
+        location /rpok  { ratelimit zone=rp settle=\$charged; proxy_pass $up; }
         location = /metrics { ratelimit_metrics; }
         location /lq    { ratelimit zone=lq quantity=0 settle=\$login_failed; proxy_pass $up; }
         location /ref   { ratelimit zone=ref settle=\$charged; proxy_pass http://127.0.0.1:$dead; }
@@ -254,6 +264,53 @@ for my $i (0, 1) {
     ok(defined $n[0]->wait_log(qr/\[error\].*settle/, 3), 'settle failure: logged');
     is(settle_value(sub { (($n[1]->get('/metrics'))[2] // '') =~ /^nginx_ratelimit_settle_failures_total\{zone="lr"\} (\d+)$/m ? $1 : 'none' }, 0),
         0, 'settle failure: none for the zones whose settles all landed');
+}
+
+# ------------------------------------------------------------------ a settle's reply lost
+# Redis ran the settle; the proxy throws its reply away and closes the connection. nginx sends
+# it again 500 ms later (on a new connection) with the same call id: Redis answers with the
+# first reply and applies nothing. The proxy counts the settle calls Redis answered, so each
+# case knows the retry did reach Redis.
+{
+    my $failures = sub {
+        my ($zone) = @_;
+        my (undef, undef, $body) = $n[0]->get('/metrics');
+        return ($body // '') =~ /^nginx_ratelimit_settle_failures_total\{zone="$zone"\} (\d+)$/m ? $1 : 'none';
+    };
+    my $lost_re = qr/\[error\].*settle of zone "(?:lp|rp)" was lost/;
+
+    # a failed login's charge, its reply lost once
+    my $user = fresh_key('lp');
+    $lost->mode('settle_drop', 1);
+    my ($st) = req(0, "/lp?user=$user&key=lp&status=401");
+    is($st, 401, 'reply lost: a failed login admitted');
+    is(settle_value(sub { $lost->settles }, '2 1', timeout => 5), '2 1',
+        'reply lost: Redis ran the charge, its reply was lost, the retry reached Redis');
+    is(remaining(1, 'lp', $user), 4, 'reply lost: the failure charged once (5 - 1)');
+    is($failures->('lp'), 0, 'reply lost: the retry answered, no settle failure counted');
+
+    # a refund of a 502, its reply lost once
+    my $k = fresh_key('rp');
+    my @ok = map { (req($_ % 2, "/rpok?k=$k&key=rp"))[0] } 1 .. 2;
+    is("@ok", '200 200', 'refund, reply lost: 2 of 3 units taken');
+    $lost->mode('settle_drop', 1);
+    ($st) = req(0, "/rp?k=$k");
+    is($st, 502, 'refund, reply lost: the upstream down, 502');
+    is(settle_value(sub { $lost->settles }, '4 2', timeout => 5), '4 2',
+        'refund, reply lost: Redis ran the refund, its reply was lost, the retry reached Redis');
+    is(remaining(1, 'rp', $k), 1, 'refund, reply lost: given back once (3 - 2 admitted)');
+    is($failures->('rp'), 0, 'refund, reply lost: no settle failure counted');
+    ok(!defined $n[0]->wait_log($lost_re, 0.5), 'reply lost once: no settle logged as lost');
+
+    # lost on both tries: applied once all the same, but not confirmed: counted and logged
+    $user = fresh_key('lp');
+    $lost->mode('settle_drop', 2);
+    ($st) = req(0, "/lp?user=$user&key=lp&status=401");
+    is($st, 401, 'reply lost twice: a failed login admitted');
+    is(settle_value(sub { $lost->settles }, '6 4', timeout => 5), '6 4', 'reply lost twice: both tries reached Redis');
+    is(settle_value(sub { $failures->('lp') }, 1, timeout => 5), 1, 'reply lost twice: counted once as a settle failure');
+    ok(defined $n[0]->wait_log($lost_re, 3), 'reply lost twice: logged');
+    is(remaining(1, 'lp', $user), 4, 'reply lost twice: charged once all the same');
 }
 
 done_testing;

@@ -102,6 +102,33 @@ TEST(RedisCommand, ManyChecksAndRefunds) {
     EXPECT_NE(buf.find(doubles({1700000000000002.0})), std::string::npos);
 }
 
+// A settle's charge and refund carry a call id as ARGV[4] (cut at kCallIdMax bytes); without
+// one, the call is the same bytes as before ids existed (3 ARGV).
+TEST(RedisCommand, SettleCallId) {
+    rl::Policy p = rltest::policy(rl::Algo::token, 7, 333333, 11);
+    rl::RedisCheck c;
+    c.zone = "z";
+    c.hash = rl::KeyHash{1, 2};
+    c.policy = &p;
+    c.cost = 3;
+    auto charge = [&](std::string_view id) {
+        std::string cmd(rl::charge_command(nullptr, rl::CommandScript::fcall, false, "p:", &c, 1, 0, id), '?');
+        EXPECT_EQ(rl::charge_command(cmd.data(), rl::CommandScript::fcall, false, "p:", &c, 1, 0, id), cmd.size());
+        return cmd;
+    };
+    const std::string none = charge(""), with = charge("ab.1f");
+    EXPECT_EQ(none.substr(0, 4), "*7\r\n");  // FCALL name numkeys, 1 key, mode now checks
+    EXPECT_EQ(with, "*8" + none.substr(2) + "$5\r\nab.1f\r\n");
+    const std::string cut = charge(std::string(rl::kCallIdMax + 1, 'x'));
+    EXPECT_EQ(cut, "*8" + none.substr(2) + "$64\r\n" + std::string(rl::kCallIdMax, 'x') + "\r\n");
+
+    std::string refund(rl::refund_command_len("p:", &c, 1, rl::CommandScript::evalsha, "ab.20"), '?');
+    EXPECT_EQ(rl::write_refund_command(refund.data(), "p:", &c, 1, rl::CommandScript::evalsha, "ab.20"), refund.size());
+    std::string plain(rl::refund_command_len("p:", &c, 1), '?');
+    rl::write_refund_command(plain.data(), "p:", &c, 1);
+    EXPECT_EQ(refund, "*8" + plain.substr(2) + "$5\r\nab.20\r\n");
+}
+
 // A concurrency check's record carries the slot's owner in burst's place and its seq in at's,
 // both masked to what a double holds exactly.
 TEST(RedisCommand, ConcurrencyRecord) {

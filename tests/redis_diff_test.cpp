@@ -215,6 +215,7 @@ struct Counts {
     int64_t charges = 0;               // settle charges (run_charge)
     int64_t charged_past = 0;          //   that took only what fitted in the debt
     int64_t need_one = 0;              // decisions of quantity 0 with settle= (kNeedOne)
+    int64_t resent = 0;                // settle calls sent again with their call id
 };
 
 // A private redis-server with both variants of the script and of the library loaded; script_
@@ -231,14 +232,15 @@ class RedisLua : public ::testing::Test {
     }
 
     // The RESP of one call, through the two-pass API.
+    // call_id: a refund's (redis_command.h).
     static std::string build(bool refund, rl::CommandScript script, bool injected, int64_t now,
-                             const std::vector<rl::RedisCheck>& checks) {
+                             const std::vector<rl::RedisCheck>& checks, std::string_view call_id = {}) {
         const rl::RedisCheck* c = checks.data();
         size_t n = checks.size();
-        size_t len = refund ? rl::refund_command_len(script, injected, kPrefix, c, n, now)
+        size_t len = refund ? rl::refund_command_len(script, injected, kPrefix, c, n, now, call_id)
                             : rl::decide_command_len(script, injected, kPrefix, c, n, now);
         std::string buf(len + 16, '\xee');
-        size_t wrote = refund ? rl::write_refund_command(buf.data(), script, injected, kPrefix, c, n, now)
+        size_t wrote = refund ? rl::write_refund_command(buf.data(), script, injected, kPrefix, c, n, now, call_id)
                               : rl::write_decide_command(buf.data(), script, injected, kPrefix, c, n, now);
         EXPECT_EQ(wrote, len);
         EXPECT_EQ(buf.substr(len), std::string(16, '\xee')) << "wrote past the measured length";
@@ -399,8 +401,10 @@ class RedisLua : public ::testing::Test {
         ASSERT_GT(out->t0_ms, 0);
     }
 
+    // A refund with a call id is sent again after the comparisons when `again` (resend_same).
     void run_call(const std::vector<Limit*>& lims, int64_t now, const std::vector<int64_t>& costs,
-                  const std::vector<int64_t>& ats, const std::string& where) {
+                  const std::vector<int64_t>& ats, const std::string& where, std::string_view call_id = {},
+                  bool again = false) {
         const bool refund = !ats.empty();
         const size_t n = lims.size();
         std::vector<rl::State> before(n);
@@ -426,7 +430,7 @@ class RedisLua : public ::testing::Test {
         }
 
         // The Redis side, in one pipeline (observe_call).
-        std::string cmd = build(refund, script_, true, now, checks_of(lims, costs, ats));
+        std::string cmd = build(refund, script_, true, now, checks_of(lims, costs, ats), call_id);
         Observed obs;
         observe_call(cmd, lims, where, &obs);
         if (HasFatalFailure()) return;
@@ -480,6 +484,8 @@ class RedisLua : public ::testing::Test {
         }
         if (!refund && !all && some_allowed) counts_.partial_rejections++;
         if (refund) counts_.refunds++;
+        if (again) resend_same(cmd, lims, values, where);
+        if (HasFatalFailure()) return;
 
         // History for later refunds.
         if (!refund && all) {
@@ -491,7 +497,9 @@ class RedisLua : public ::testing::Test {
 
     // A settle's charge (settle.h) on both sides: rl::charge against the script's charge mode,
     // then the reply, the key's state and its TTL.
-    void run_charge(Limit& l, int64_t now, int64_t cost, const std::string& where) {
+    // With a call id, sent again after the comparisons when `again` (resend_same).
+    void run_charge(Limit& l, int64_t now, int64_t cost, const std::string& where, std::string_view call_id = {},
+                    bool again = false) {
         const rl::State before = l.key.s;
         const std::vector<int64_t> live_before = l.live();
         const rl::Policy debt = rl::debt_policy(l.key.p);
@@ -504,9 +512,9 @@ class RedisLua : public ::testing::Test {
         c.policy = &debt;
         c.cost = cost;
         c.at = rl::debt_shift(l.key.p, debt);
-        size_t len = rl::charge_command(nullptr, script_, true, kPrefix, &c, 1, now);
+        size_t len = rl::charge_command(nullptr, script_, true, kPrefix, &c, 1, now, call_id);
         std::string cmd(len, '\0');
-        ASSERT_EQ(rl::charge_command(cmd.data(), script_, true, kPrefix, &c, 1, now), len);
+        ASSERT_EQ(rl::charge_command(cmd.data(), script_, true, kPrefix, &c, 1, now, call_id), len);
         Observed obs;
         observe_call(cmd, {&l}, where, &obs);
         if (HasFatalFailure()) return;
@@ -526,6 +534,25 @@ class RedisLua : public ::testing::Test {
         counts_.charges++;
         counts_.charged_past += charged > 0 && charged < cost;
         if (charged > 0) l.admitted.emplace_back(now, charged);
+        if (again) resend_same(cmd, {&l}, obs.values, where);
+    }
+
+    // A settle sent again with its call id, as if its reply had been lost (settle.h): the first
+    // reply back, and every key as the first call left it (compare_key against the C++ state,
+    // which does not move; no TTL set: observe_call made the keys persistent).
+    void resend_same(const std::string& cmd, const std::vector<Limit*>& lims, const std::vector<int64_t>& first,
+                     const std::string& where) {
+        const std::string at = where + ", sent again";
+        Observed obs;
+        observe_call(cmd, lims, at, &obs);
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(obs.values, first) << at;
+        for (size_t i = 0; i < lims.size(); i++) {
+            compare_key(*lims[i], obs.exec->element[1 + 3 * i], obs.exec->element[3 + 3 * i], false, 0, obs.t0_ms,
+                        obs.t1_ms, at);
+            if (HasFatalFailure()) return;
+        }
+        counts_.resent++;
     }
 
     // One batch on both sides: the C++ applies the groups one after the other (each group is
@@ -980,9 +1007,14 @@ TEST_P(RedisDiff, Batches) {
 }
 
 // settle= (settle.h): timelines of decisions (some of quantity 0, kNeedOne), charges past the
-// limit, and refunds of part of a cost, against the C++: every reply, state and TTL.
+// limit, and refunds of part of a cost, against the C++: every reply, state and TTL. Charges
+// and refunds carry a call id, as nginx sends them; one in three is sent again (its reply lost):
+// the same reply, nothing applied twice.
 TEST_P(RedisDiff, SettleTimelines) {
     std::mt19937_64 rng(113);
+    std::mt19937_64 lose(114);  // its own: the timelines stay those of seed 113
+    int64_t ids = 0;
+    auto next_id = [&ids]() { return "w1." + std::to_string(++ids); };
     const rl::Algo kAlgos[] = {rl::Algo::gcra, rl::Algo::token, rl::Algo::leaky,
                                rl::Algo::fixed, rl::Algo::sliding, rl::Algo::log};
     for (int round = 0; round < 120; round++) {
@@ -997,11 +1029,11 @@ TEST_P(RedisDiff, SettleTimelines) {
                 int64_t cap = l.key.p.capacity();
                 int64_t cost = rng() % 3 == 0 ? 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(3 * cap + 2))
                                               : 1 + static_cast<int64_t>(rng() % 4);
-                run_charge(l, t, cost, where);
+                run_charge(l, t, cost, where, next_id(), lose() % 3 == 0);
             } else if (what < 9) {
                 int64_t at, cost;
                 pick_refund(rng, l, t, at, cost);
-                run_call({&l}, t, {cost}, {at}, where);
+                run_call({&l}, t, {cost}, {at}, where, next_id(), lose() % 3 == 0);
             } else if (what < 13) {
                 run_call({&l}, t, {rl::kNeedOne}, {}, where);
                 counts_.need_one++;
@@ -1011,13 +1043,111 @@ TEST_P(RedisDiff, SettleTimelines) {
             if (HasFatalFailure()) return;
         }
     }
-    std::printf("settle timelines: %lld charges (%lld partly past the debt), %lld of quantity 0, %lld refunds\n",
+    std::printf("settle timelines: %lld charges (%lld partly past the debt), %lld of quantity 0, %lld refunds, "
+                "%lld sent again\n",
                 static_cast<long long>(counts_.charges), static_cast<long long>(counts_.charged_past),
-                static_cast<long long>(counts_.need_one), static_cast<long long>(counts_.refunds));
+                static_cast<long long>(counts_.need_one), static_cast<long long>(counts_.refunds),
+                static_cast<long long>(counts_.resent));
+    EXPECT_GT(counts_.resent, 500) << "charges and refunds must be sent again";
     EXPECT_GT(counts_.charges, 1500);
     EXPECT_GT(counts_.charged_past, 100) << "charges must reach the debt's end";
     EXPECT_GT(counts_.rejected, 500) << "the debt must reject later requests";
     for (rl::Algo a : kAlgos) EXPECT_GT(counts_.decisions[a], 300) << rl::algo_name(a);
+}
+
+// A settle's call id (redis_command.h): a charge or a refund sent again with the id of one that
+// ran gets its reply back and changes nothing; its reply is kept kCallMemoryMs under
+// "<key>:call:<id>", in the key's cluster slot; another id is applied; no id keeps nothing; a
+// decide call takes no id.
+TEST_P(RedisDiff, SettleCallIdAppliedOnce) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 10, 3600 * kSec, 4);  // outlives any stall
+    const rl::Policy debt = rl::debt_policy(p);
+    rl::RedisCheck c;
+    c.zone = "once";
+    c.hash = rl::KeyHash{7, 8};
+    c.policy = &debt;
+    c.cost = 3;
+    c.at = rl::debt_shift(p, debt);
+    std::string key(rl::redis_key_len(kPrefix, c.zone, p.algo), '?');
+    key.resize(rl::redis_key(key.data(), kPrefix, c.zone, c.hash, p.algo));
+    const int64_t t = 1600000000LL * kSec;
+    auto charge = [&](int64_t now, std::string_view id) {
+        std::string cmd(rl::charge_command(nullptr, script_, true, kPrefix, &c, 1, now, id), '?');
+        EXPECT_EQ(rl::charge_command(cmd.data(), script_, true, kPrefix, &c, 1, now, id), cmd.size());
+        return cmd;
+    };
+    auto values = [](const Reply& r) {
+        std::vector<int64_t> v;
+        EXPECT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+        for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) v.push_back(r->element[i]->integer);
+        return v;
+    };
+    auto state = [&]() {
+        Reply r = rltest::command(conn_.get(), {"GET", key});
+        return r && r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string("(none)");
+    };
+    auto dbsize = [&]() { return rltest::command(conn_.get(), {"DBSIZE"})->integer; };
+
+    const std::string cmd = charge(t, "w1.1");
+    const int64_t t0 = redis_ms();
+    const std::vector<int64_t> first = values(send(cmd));
+    const int64_t t1 = redis_ms();
+    ASSERT_EQ(first.size(), rl::decide_reply_len(1));
+    EXPECT_EQ(first[0], 1);
+    rl::State cpp{};  // the C++ side: each charge applied once
+    rl::Decision want;
+    EXPECT_EQ(rl::charge(cpp, nullptr, p, debt, t, 3, &want), 3);
+    EXPECT_EQ(first[3], want.remaining);
+    const std::string after = state();
+    const std::string marker = key + ":call:w1.1";
+    expect_ttl_set(marker, rl::kCallMemoryMs, t0, t1);
+    EXPECT_EQ(rl::cluster_slot(marker), rl::cluster_slot(key));
+    // The same bytes again (a reply lost): the first reply, nothing charged.
+    EXPECT_EQ(values(send(cmd)), first);
+    EXPECT_EQ(state(), after);
+    // Later, with the same id (Redis's time moved on): still the first reply.
+    EXPECT_EQ(values(send(charge(t + kSec, "w1.1"))), first);
+    EXPECT_EQ(state(), after);
+    // Another id: charged.
+    std::vector<int64_t> second = values(send(charge(t, "w1.2")));
+    EXPECT_NE(state(), after);
+    rl::charge(cpp, nullptr, p, debt, t, 3, &want);
+    EXPECT_EQ(second[3], want.remaining);
+    EXPECT_EQ(second[4], want.reset_us);
+    // No id: nothing remembered.
+    const int64_t keys = dbsize();
+    values(send(charge(t, "")));
+    EXPECT_EQ(dbsize(), keys);
+    // An id beyond kCallIdMax bytes is cut there.
+    const std::string long_id(rl::kCallIdMax + 10, 'x');
+    values(send(charge(t, long_id)));
+    EXPECT_EQ(rltest::command(conn_.get(), {"EXISTS", key + ":call:" + long_id.substr(0, rl::kCallIdMax)})->integer, 1);
+
+    // A refund sent twice with one id gives back once: its state as after one refund.
+    rl::RedisCheck r = c;
+    r.policy = &p;
+    r.cost = 2;
+    r.at = t;
+    const std::string refund = build(true, script_, true, t + 1, {r}, "w1.9");
+    const std::string before_refund = state();
+    const std::vector<int64_t> refunded = values(send(refund));
+    const std::string once = state();
+    EXPECT_NE(once, before_refund);
+    EXPECT_EQ(values(send(refund)), refunded);
+    EXPECT_EQ(state(), once);
+    // Without an id, the same refund applies again (what the id prevents).
+    values(send(build(true, script_, true, t + 1, {r})));
+    EXPECT_NE(state(), once);
+
+    // A decide call takes no id: bad arguments, nothing written.
+    const int64_t before_decide = dbsize();
+    std::string decide = build(false, script_, true, t, {r});  // "*<n>\r\n...": one argument more
+    const size_t eol = decide.find("\r\n");
+    decide = "*" + std::to_string(std::stoi(decide.substr(1, eol - 1)) + 1) + decide.substr(eol) + "$5\r\nw1.10\r\n";
+    Reply bad = send(decide);
+    ASSERT_TRUE(bad && bad->type == REDIS_REPLY_ERROR);
+    EXPECT_EQ(std::string(bad->str), "ERR ratelimit script: bad arguments");
+    EXPECT_EQ(dbsize(), before_decide);
 }
 
 // After a SCRIPT FLUSH, EVALSHA fails with NOSCRIPT (the client then sends EVAL), EVAL works,

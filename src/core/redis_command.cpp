@@ -46,10 +46,12 @@ size_t total_checks(const RedisGroup* groups, size_t ngroups) {
 }
 
 size_t script_command(char* buf, std::string_view mode, CommandScript script, bool injected_time,
-                      std::string_view prefix, const RedisGroup* groups, size_t ngroups, int64_t now_us) {
+                      std::string_view prefix, const RedisGroup* groups, size_t ngroups, int64_t now_us,
+                      std::string_view call_id = {}) {
     const size_t nkeys = total_checks(groups, ngroups);
+    call_id = call_id.substr(0, kCallIdMax);
     Resp r(buf);
-    script_call_head(r, script, injected_time, nkeys, kArgvCount);
+    script_call_head(r, script, injected_time, nkeys, kArgvCount + !call_id.empty());
     for (size_t g = 0; g < ngroups; g++) {
         for (size_t i = 0; i < groups[g].n; i++) r.bulk_key(prefix, groups[g].checks[i].zone, groups[g].checks[i].hash, groups[g].checks[i].policy->algo);
     }
@@ -80,6 +82,7 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
         }
     }
     r.end_bulk();
+    if (!call_id.empty()) r.bulk(call_id);
     return r.size();
 }
 
@@ -191,32 +194,33 @@ size_t write_decide_command(char* buf, CommandScript script, bool injected_time,
 }
 
 size_t refund_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisCheck* checks,
-                          size_t n, int64_t now_us) noexcept {
+                          size_t n, int64_t now_us, std::string_view call_id) noexcept {
     const RedisGroup g{checks, n};
-    return script_command(nullptr, "refund", script, injected_time, prefix, &g, 1, now_us);
+    return script_command(nullptr, "refund", script, injected_time, prefix, &g, 1, now_us, call_id);
 }
 
 size_t write_refund_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                            const RedisCheck* checks, size_t n, int64_t now_us) noexcept {
+                            const RedisCheck* checks, size_t n, int64_t now_us, std::string_view call_id) noexcept {
     const RedisGroup g{checks, n};
-    return script_command(buf, "refund", script, injected_time, prefix, &g, 1, now_us);
+    return script_command(buf, "refund", script, injected_time, prefix, &g, 1, now_us, call_id);
 }
 
 size_t charge_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                      const RedisCheck* checks, size_t n, int64_t now_us) noexcept {
+                      const RedisCheck* checks, size_t n, int64_t now_us, std::string_view call_id) noexcept {
     RedisGroup groups[kMaxChargeChecks];
     if (n > kMaxChargeChecks) n = kMaxChargeChecks;
     for (size_t i = 0; i < n; i++) groups[i] = RedisGroup{checks + i, 1};
-    return script_command(buf, "charge", script, injected_time, prefix, groups, n, now_us);
+    return script_command(buf, "charge", script, injected_time, prefix, groups, n, now_us, call_id);
 }
 
-size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, size_t n, CommandScript script) noexcept {
-    return refund_command_len(script, false, prefix, checks, n, 0);
+size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, size_t n, CommandScript script,
+                          std::string_view call_id) noexcept {
+    return refund_command_len(script, false, prefix, checks, n, 0, call_id);
 }
 
 size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
-                            CommandScript script) noexcept {
-    return write_refund_command(buf, script, false, prefix, checks, n, 0);
+                            CommandScript script, std::string_view call_id) noexcept {
+    return write_refund_command(buf, script, false, prefix, checks, n, 0, call_id);
 }
 
 size_t batch_command_bound(std::string_view prefix, const RedisGroup* groups, size_t ngroups) noexcept {

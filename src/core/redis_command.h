@@ -26,6 +26,11 @@
 //              -1 (never), as the C++ core does with such bounds
 //   (binary because one struct.unpack per check is far cheaper in Lua than twelve tonumber()s;
 //   the derived integers come from finish_policy: the script never recomputes a gcd)
+//   ARGV[4]  = charge and refund only, optional: the call's id (at most kCallIdMax bytes). Its
+//              reply is kept kCallMemoryMs under "<KEYS[1]>:call:<id>" (KEYS[1]'s hash tag, so
+//              its cluster slot); a call with the id of one that ran gets that reply and
+//              changes nothing: a settle sent again because its reply was lost is applied
+//              once (the sync zones' calls do the same: sync_command.h)
 //
 //   reply: an array of integers
 //     {admitted, now_us, then per check (the groups back to back): allowed, remaining,
@@ -126,7 +131,11 @@ enum class CommandScript : uint8_t { evalsha, eval, fcall };
 // that answer FUNCTION LOAD with an error (before Redis 7, or without Functions).
 constexpr CommandScript kPreferredScript = CommandScript::fcall;
 
-constexpr size_t kArgvCount = 3;          // mode, now, checks
+constexpr size_t kArgvCount = 3;          // mode, now, checks (and a charge's or refund's call id)
+// A call id (ARGV[4]; sync_command.h's too): cut beyond kCallIdMax bytes; its reply is kept
+// kCallMemoryMs, far beyond any resend of the call (a settle's: 500 ms later).
+constexpr size_t kCallIdMax = 64;
+constexpr int64_t kCallMemoryMs = 10000;
 constexpr size_t kGroupBytes = 8;         // a group's number of checks
 constexpr size_t kCheckBytes = 8 * 13;    // algo .. weight_scale, cost, at, delay_level, max_delay_units, block_us
 constexpr size_t kReplyHead = 2;          // admitted, now_us
@@ -167,23 +176,25 @@ size_t decide_command_len(CommandScript script, bool injected_time, std::string_
 size_t write_decide_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                             const RedisCheck* checks, size_t n, int64_t now_us) noexcept;
 
-// A refund call: one group, mode "refund", each check's cost and at.
+// A refund call: one group, mode "refund", each check's cost and at. call_id: ARGV[4] (empty:
+// none, not sent).
 size_t refund_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisCheck* checks,
-                          size_t n, int64_t now_us) noexcept;
+                          size_t n, int64_t now_us, std::string_view call_id = {}) noexcept;
 size_t write_refund_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                            const RedisCheck* checks, size_t n, int64_t now_us) noexcept;
+                            const RedisCheck* checks, size_t n, int64_t now_us, std::string_view call_id = {}) noexcept;
 
 // A charge call: n (at most kMaxChargeChecks) checks, each its own group; buf nullptr measures.
+// call_id: ARGV[4] (empty: none, not sent).
 constexpr size_t kMaxChargeChecks = 64;
 size_t charge_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                      const RedisCheck* checks, size_t n, int64_t now_us) noexcept;
+                      const RedisCheck* checks, size_t n, int64_t now_us, std::string_view call_id = {}) noexcept;
 
 // The production refund, EVALSHA or FCALL as the decide call it compensates (which has just
-// run there, so the Lua is loaded).
+// run there, so the Lua is loaded), or as a settle's.
 size_t refund_command_len(std::string_view prefix, const RedisCheck* checks, size_t n,
-                          CommandScript script = CommandScript::evalsha) noexcept;
+                          CommandScript script = CommandScript::evalsha, std::string_view call_id = {}) noexcept;
 size_t write_refund_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
-                            CommandScript script = CommandScript::evalsha) noexcept;
+                            CommandScript script = CommandScript::evalsha, std::string_view call_id = {}) noexcept;
 
 // ---- concurrency slots without the Lua ------------------------------------------------------
 // One check's slots (max(cost, 1) of them, at most kMaxConcurrency), on the key of

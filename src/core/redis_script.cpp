@@ -511,6 +511,26 @@ local function refund_log(key, at, cost)
 end
 )lua";
 
+constexpr char kCallMemory[] = R"lua(
+-- redis_command.h, sync_command.h: a call's id (ARGV[4]). A call sent again because its reply
+-- was lost gets the reply it had, kept under "<KEYS[1]>:call:<id>" (KEYS[1]'s hash tag: its
+-- slot), and changes nothing. recall: the marker (nil: no id) and, if the call ran, its reply.
+local function recall(keys, id)
+  if not id or #id == 0 or #keys == 0 then return nil end
+  local marker = keys[1] .. ':call:' .. id
+  local m = call('GET', marker)
+  if not m then return marker end
+  local again = {}
+  for i = 1, #m / 8 do again[i] = sunpack('<d', m, 8 * i - 7) end
+  return marker, again
+end
+
+-- kCallMemoryMs.
+local function remember(marker, out)
+  if marker then call('SET', marker, spack('<' .. string.rep('d', #out), unpk(out)), 'PX', '10000') end
+end
+)lua";
+
 constexpr char kDecide[] = R"lua(
 -- decide.cpp, and the Redis side of it: storage, groups, batches ------------------------------
 -- (run dispatches and reads the states itself: a Lua call per check costs a few percent of it)
@@ -612,7 +632,8 @@ local function run(keys, argv)
   bind()
   local mode, blob = argv[1], argv[3]
   local refunding, charging = mode == 'refund', mode == 'charge'
-  if (mode ~= 'decide' and not refunding and not charging) or #argv ~= 3 then
+  -- ARGV[4]: a charge's or a refund's call id.
+  if (mode ~= 'decide' and not refunding and not charging) or (#argv ~= 3 and (#argv ~= 4 or mode == 'decide')) then
     if mode == 'sync' or mode == 'hosts' then
       -- Sync zones: a function literal (below), so that only such a call builds its closures.
       return ()lua";
@@ -630,6 +651,12 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
   end
   local now = clock(argv)
   if not now then return redis.error_reply('ERR ratelimit script: bad time') end
+  local marker
+  if argv[4] then
+    local again
+    marker, again = recall(keys, argv[4])
+    if again then return again end
+  end
 
   -- A single group's keys are distinct: it reads and writes them directly. A batch's
   -- concurrency key is read once (ZCOUNT) and written once, at the end (ZREMRANGEBYSCORE, ZADD,
@@ -833,6 +860,7 @@ constexpr char kDecideAfterSync[] = R"lua()(keys, argv)
       end
     end
   end
+  if marker then remember(marker, out) end
   return out
 end
 )lua";
@@ -857,18 +885,9 @@ function(keys, argv)
   if (#argv ~= 3 and #argv ~= 4) or #blob ~= 224 * #keys then
     return redis.error_reply('ERR ratelimit script: bad arguments')
   end
-  -- A call id (ARGV[4]): the reply is remembered for a while under it (in the first key's slot),
-  -- and a call sent again because its reply was lost gets that reply, applied only once.
-  local marker
-  if argv[4] and #argv[4] > 0 and #keys > 0 then
-    marker = keys[1] .. ':call:' .. argv[4]
-    local m = call('GET', marker)
-    if m then
-      local again = {}
-      for i = 1, #m / 8 do again[i] = sunpack('<d', m, 8 * i - 7) end
-      return again
-    end
-  end
+  -- A call id (ARGV[4], kCallMemory): a call sent again because its reply was lost is applied once.
+  local marker, again = recall(keys, argv[4])
+  if again then return again end
 
   local MAXD = 562949953421312  -- kMaxDebt = 2^49
   local function min(x, y)
@@ -1184,7 +1203,7 @@ function(keys, argv)
     out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = 0, 0, 0, 0, 0
     end
   end
-  if marker then call('SET', marker, spack('<' .. string.rep('d', #out), unpk(out)), 'PX', '10000') end
+  remember(marker, out)
   return out
 end)lua";
 
@@ -1235,7 +1254,8 @@ constexpr Text<(Ns + ...) - sizeof...(Ns) + 1> join(const char (&... parts)[Ns])
 }
 
 // Everything but the clock, which each variant puts before `run`'s definition.
-#define RL_LUA_BEFORE_CLOCK kHead, kBucket, kGcra, kToken, kLeaky, kFixed, kSliding, kLog, kConcurrency, kRefund
+#define RL_LUA_BEFORE_CLOCK \
+    kHead, kBucket, kGcra, kToken, kLeaky, kFixed, kSliding, kLog, kConcurrency, kRefund, kCallMemory
 #define RL_LUA_AFTER_CLOCK kDecide, kSync, kDecideAfterSync
 
 constexpr auto kProduction = join(RL_LUA_BEFORE_CLOCK, kClockFromRedis, RL_LUA_AFTER_CLOCK, kEvalCall);

@@ -71,8 +71,8 @@ SyncResult sync_key(const State& s, const SyncItem& item, int64_t now, Decision*
                     ShareBook* book = nullptr) noexcept;
 
 constexpr size_t kSyncItemBytes = 8 * 28;
-constexpr size_t kSyncCallIdMax = 64;
-constexpr int64_t kSyncCallMemoryMs = 10000;
+constexpr size_t kSyncCallIdMax = kCallIdMax;        // redis_command.h: the same call ids
+constexpr int64_t kSyncCallMemoryMs = kCallMemoryMs;
 constexpr size_t kSyncReplyPerItem = 10;
 
 // call_id: at most kSyncCallIdMax bytes (cut beyond), any bytes.

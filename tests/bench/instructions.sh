@@ -13,7 +13,9 @@
 #                                            the zones still send a round each interval, which
 #                                            every row then counts too: hence not by default)
 #   SETTLE=on tests/bench/instructions.sh    rows with settle=: equal to the quantity (nothing to
-#                                            send), and charging one unit more (shared memory, Redis);
+#                                            send), and charging one unit more (shared memory, Redis;
+#                                            the GETs and SETs Redis ran per request, its scripts'
+#                                            included, in two more columns);
 #                                            with a settle= in the configuration, every location runs
 #                                            the log phase's handler: compare its rows with those
 #                                            of a run without SETTLE=on
@@ -47,6 +49,12 @@ redis_commands() {
     [[ -n $redis_port ]] || { echo 0; return; }
     redis-cli -p "$redis_port" info commandstats |
         awk -F'[:=,]' '/^cmdstat_(fcall|evalsha|eval):/ { n += $3 } END { print n + 0 }'
+}
+
+# Calls of one command (GET, SET) Redis ran so far, those the scripts make included.
+redis_stat() {
+    [[ -n $redis_port ]] || { echo 0; return; }
+    redis-cli -p "$redis_port" info commandstats | awk -F'[:=,]' -v c="cmdstat_$1" '$1 == c { n = $3 } END { print n + 0 }'
 }
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -138,8 +146,14 @@ valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.out" --collect-atstart=n
 VG=$!
 for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:${PORTS[0]}/" && break; sleep 0.1; done
 
-echo "| location | Ir/request | vs plain | vs limit_req | Redis script calls/request |"
-echo "| --- | ---: | ---: | ---: | ---: |"
+STATS=${SETTLE:-off}
+if [[ $STATS == on ]]; then
+    echo "| location | Ir/request | vs plain | vs limit_req | Redis script calls/request | GET/request | SET/request |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+else
+    echo "| location | Ir/request | vs plain | vs limit_req | Redis script calls/request |"
+    echo "| --- | ---: | ---: | ---: | ---: |"
+fi
 declare -a IR=()
 for i in "${!CASES[@]}"; do
     url="http://127.0.0.1:${PORTS[$i]}/"
@@ -148,20 +162,22 @@ for i in "${!CASES[@]}"; do
         [[ $code == 200 ]] || { echo "instructions.sh: ${CASES[$i]%%|*}: status $code" >&2; exit 1; }
     done
     callgrind_control -z "$VG" >/dev/null
-    cmds0=$(redis_commands)
+    cmds0=$(redis_commands) gets0=$(redis_stat get) sets0=$(redis_stat set)
     out=$(wrk -t1 -c1 -d"${SECONDS_PER_CASE}s" "$url" 2>&1)
     rm -f "$TMP"/cg.out.*
     callgrind_control -d "$VG" >/dev/null
     n=$(awk '/requests in/ { print $1 }' <<<"$out")
-    cmds=$(( $(redis_commands) - cmds0 ))
+    cmds=$(( $(redis_commands) - cmds0 )) gets=$(( $(redis_stat get) - gets0 )) sets=$(( $(redis_stat set) - sets0 ))
     [[ $(awk '/Non-2xx/ { print $NF }' <<<"$out") == "" ]] || { echo "instructions.sh: non-2xx answers: $out" >&2; exit 1; }
     dump=$(ls -t "$TMP"/cg.out.* | head -1)
     ir=$(awk '/^summary:/ { print $2 }' "$dump")
     IR[$i]=$((ir / n))
-    printf '| %s | %d | %s | %s | %s |\n' "${CASES[$i]%%|*}" "${IR[$i]}" \
+    per() { [[ -n $redis_port ]] && awk -v c="$1" -v n="$n" 'BEGIN { printf "%.3f", c / n }' || echo -; }
+    printf '| %s | %d | %s | %s | %s |' "${CASES[$i]%%|*}" "${IR[$i]}" \
         "$(awk -v a="${IR[0]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }')" \
-        "$( ((i >= 2)) && awk -v a="${IR[2]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }' || echo -)" \
-        "$( [[ -n $redis_port ]] && awk -v c="$cmds" -v n="$n" 'BEGIN { printf "%.3f", c / n }' || echo -)"
+        "$( ((i >= 2)) && awk -v a="${IR[2]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }' || echo -)" "$(per "$cmds")"
+    [[ $STATS == on ]] && printf ' %s | %s |' "$(per "$gets")" "$(per "$sets")"
+    echo
 done
 # Issue 21's pairs: a row against the row it is compared with (Ir difference and ratio)
 declare -A AT=()

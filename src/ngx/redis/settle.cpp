@@ -1,14 +1,16 @@
 // A settle is a call of its own, built when the request ends and kept (with its bytes) until
 // its reply, so that it can go again: after a MOVED / ASK / NOSCRIPT as any call does, and once
 // more, kRetryMs later (a connection that failed is backing off meanwhile), after a failure: no
-// reply, an error, or Redis away when it was to be sent. A reply lost after the call ran may
-// then charge twice: it errs on the side of limiting.
+// reply, an error, or Redis away when it was to be sent. Each carries a call id
+// (redis_command.h), the same in every send of its bytes: a call Redis ran whose reply was
+// lost is not applied again when it goes again, it only gets its first reply back.
 #include "ngx/redis/settle.h"
 
 #include "core/redis_command.h"
 #include "core/settle.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/cluster.h"
+#include "ngx/redis/held.h"
 #include "ngx/redis/node.h"
 #include "ngx/redis/request.h"
 #include "ngx/store.h"
@@ -114,6 +116,27 @@ void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     retry_or_fail(call, node, reply);
 }
 
+// A settle's call id: unique among the hosts and workers sharing the Redis for far longer than
+// Redis keeps it (kCallMemoryMs): this worker's random owner id (held.h) and a count.
+constexpr size_t kCallIdLen = 12 + 1 + 16;  // below 2^48, '.', a 64-bit count
+static_assert(kCallIdLen <= rl::kCallIdMax, "a settle's call id is sent whole");
+
+size_t next_call_id(u_char* buf) {
+    static u_char owner[13];  // "<owner>.", formatted once per worker (the owner is the worker's)
+    static size_t owner_len;
+    static uint64_t count;
+    if (owner_len == 0) {
+        const auto id = static_cast<int64_t>(rl_held_owner());
+        owner_len = static_cast<size_t>(ngx_snprintf(owner, sizeof(owner), "%xL.", id) - owner);
+    }
+    u_char* p = ngx_cpymem(buf, owner, owner_len);
+    uint64_t n = ++count;
+    int digits = 1;
+    while (digits < 16 && (n >> (4 * digits)) != 0) digits++;
+    for (int i = digits - 1; i >= 0; i--) *p++ = "0123456789abcdef"[(n >> (4 * i)) & 0xf];
+    return static_cast<size_t>(p - buf);
+}
+
 // The call of one result's settle: a charge on its debt policy, or a refund of part of its cost.
 rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript script) {
     rl_zone_t* zone = res.applied->zone;
@@ -132,13 +155,15 @@ rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript
         check.cost = -res.delta;
         check.at = res.at;
     }
-    size_t len = res.delta > 0 ? rl::charge_command(nullptr, script, false, prefix, &check, 1, 0)
-                               : rl::refund_command_len(prefix, &check, 1, script);
+    u_char idbuf[kCallIdLen];
+    std::string_view id(reinterpret_cast<const char*>(idbuf), next_call_id(idbuf));
+    size_t len = res.delta > 0 ? rl::charge_command(nullptr, script, false, prefix, &check, 1, 0, id)
+                               : rl::refund_command_len(prefix, &check, 1, script, id);
     auto* call = static_cast<rl_settle_call_t*>(ngx_alloc(sizeof(rl_settle_call_t) + len, ctx->r->connection->log));
     if (call == nullptr) return nullptr;
     auto* buf = reinterpret_cast<char*>(call->cmd);
-    call->len = res.delta > 0 ? rl::charge_command(buf, script, false, prefix, &check, 1, 0)
-                              : rl::write_refund_command(buf, prefix, &check, 1, script);
+    call->len = res.delta > 0 ? rl::charge_command(buf, script, false, prefix, &check, 1, 0, id)
+                              : rl::write_refund_command(buf, prefix, &check, 1, script, id);
     call->redis = redis;
     call->metrics = zone->metrics;
     call->zone = zone->name;

@@ -5,6 +5,6 @@
 #include "ngx/request.h"
 
 // The Redis store's settle_remote (store.h): sends the settles of the request's results that
-// Redis decided (res.delta != 0). A call that fails is sent once more, then counted
-// (nginx_ratelimit_settle_failures_total) and logged.
+// Redis decided (res.delta != 0). A call that fails is sent once more, with the same call id (applied
+// at most once), then counted (nginx_ratelimit_settle_failures_total) and logged.
 void rl_redis_settle(rl_ctx_t* ctx) noexcept;

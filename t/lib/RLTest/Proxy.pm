@@ -29,7 +29,12 @@ package RLTest::Proxy;
 #                          (one integer more: a count off by one)
 #     sync_lose            relay everything; each sync call's reply (Redis ran it) is replaced by
 #                          an error reply: a reply lost after Redis applied the call
+#     settle_drop [n]      relay everything; the replies to the next n (default 1) settle calls
+#                          (modes "charge" and "refund" of the script) are thrown away once Redis
+#                          ran them, and their connection is closed, then back to pass by itself
 #   $p->rewritten           sync replies rewritten or lost so far
+#   $p->settles             "<ran> <dropped>": settle calls Redis answered (through the proxy)
+#                          and the replies of those thrown away, so far
 #   $p->accepted            connections accepted so far
 #   $p->stop                stops the child (also done at the end of the test file)
 # A connection that lost a command (silent, truncate, huge_*) stays out of step with Redis:
@@ -81,6 +86,7 @@ sub mode {
 
 sub accepted { $_[0]->_ask('count') }
 sub rewritten { $_[0]->_ask('rewritten') }
+sub settles { $_[0]->_ask('settles') }
 
 sub _ask {
     my ($self, $line) = @_;
@@ -175,6 +181,7 @@ sub _serve {
     my ($mode, $arg) = ('pass', '');
     my $accepted = 0;
     our %SYNC = (left => 0, spec => '', zone => '', done => 0, lose => 0);
+    our %SETTLE = (drop => 0, ran => 0, dropped => 0);
     my %conns;    # fileno of the client socket -> connection
     my $ctl_buf = '';
     while (1) {
@@ -207,19 +214,21 @@ sub _serve {
                     if ($cmd eq 'port') { $reply = $listen->sockport }
                     elsif ($cmd eq 'count') { $reply = $accepted }
                     elsif ($cmd eq 'rewritten') { $reply = $SYNC{done} }
+                    elsif ($cmd eq 'settles') { $reply = "$SETTLE{ran} $SETTLE{dropped}" }
                     elsif ($cmd eq 'mode') {
                         $mode = $a[0];
                         $arg = pack('H*', $a[1] // '');
-                        $reply = "unknown mode" unless $mode =~ /^(pass|silent|truncate|corrupt|drip|huge_bulk|huge_array|error|reset|sync_rewrite|sync_lose)$/;
+                        $reply = "unknown mode" unless $mode =~ /^(pass|silent|truncate|corrupt|drip|huge_bulk|huge_array|error|reset|sync_rewrite|sync_lose|settle_drop)$/;
                         $SYNC{lose} = $mode eq 'sync_lose' ? 1 : 0;
+                        $SETTLE{drop} = $mode eq 'settle_drop' ? ($arg || 1) : 0;
                         if ($mode eq 'sync_rewrite') {
                             my ($spec, $n, $zone) = split / /, $arg;
                             @SYNC{qw(spec left zone)} = ($spec // '', $n || 1, $zone // '');
                         } else {
                             $SYNC{left} = 0;
                         }
-                        # Both relay everything: the replies are rewritten on their way back.
-                        $mode = 'pass' if $mode =~ /^sync_/;
+                        # They relay everything: the replies are rewritten on their way back.
+                        $mode = 'pass' if $mode =~ /^(sync_|settle_)/;
                     }
                     syswrite($ctl, "$reply\n");
                 }
@@ -246,7 +255,7 @@ sub _serve {
                 next;
             }
             if ($fh == $c->{c}) { _from_client($c, $buf, $mode, $arg, \%conns) }
-            else { _from_upstream($c, $buf, $mode, $arg, $now) }
+            else { _from_upstream($c, $buf, $mode, $arg, $now, \%conns) }
         }
         for my $fh (@{ $w || [] }) {
             my ($c) = grep { $_->{c} == $fh || ($_->{u} && $_->{u} == $fh) } values %conns;
@@ -284,6 +293,13 @@ sub _close {
     close $c->{u} if $c->{u};
 }
 
+# Sends what is already due to the client (best effort), then closes both sides.
+sub _flush_and_close {
+    my ($c, $conns) = @_;
+    syswrite($c->{c}, $c->{to_c}) if length $c->{to_c};
+    _close($c, $conns);
+}
+
 sub _from_client {
     my ($c, $buf, $mode, $arg, $conns) = @_;
     return if $c->{dead};
@@ -313,9 +329,10 @@ sub _from_client {
     push @{ $c->{kinds} }, map { _kind($_) } _take_command_texts(\$c->{seen});
 }
 
-# 'sync:<the keys>' for a sync call, '' for anything else.
+# 'sync:<the keys>' for a sync call, 'settle' for a charge or a refund, '' for anything else.
 sub _kind {
     my ($cmd) = @_;
+    return 'settle' if $cmd =~ /\r\n\$6\r\n(?:charge|refund)\r\n/;
     return '' unless $cmd =~ /\r\n\$4\r\nsync\r\n/;
     my @keys = $cmd =~ /\r\n\$\d+\r\n([^\r\n]*\{[^\r\n]*)\r\n/g;
     return 'sync:' . join(' ', @keys);
@@ -369,7 +386,7 @@ sub _rewrite {
 }
 
 sub _from_upstream {
-    my ($c, $buf, $mode, $arg, $now) = @_;
+    my ($c, $buf, $mode, $arg, $now, $conns) = @_;
     return if $c->{dead};
     if ($mode eq 'silent' || $mode eq 'error' || $mode eq 'reset') { return }
     if ($mode eq 'truncate') {
@@ -386,7 +403,7 @@ sub _from_upstream {
         return;
     }
     if (length $c->{drip}) { $c->{drip} .= $buf; return }    # keep the order after drip
-    our %SYNC;
+    our (%SYNC, %SETTLE);
     # Replies in step with the commands: a sync call's may be rewritten or lost.
     $c->{replies} .= $buf;
     while (length $c->{replies}) {
@@ -394,6 +411,15 @@ sub _from_upstream {
         last if $len < 0;
         my $reply = substr($c->{replies}, 0, $len, '');
         my $kind = shift(@{ $c->{kinds} }) // '';
+        if ($kind eq 'settle') {
+            $SETTLE{ran}++;
+            if ($SETTLE{drop} > 0) {
+                $SETTLE{drop}--;
+                $SETTLE{dropped}++;
+                _flush_and_close($c, $conns);    # this reply and any after it lost
+                return;
+            }
+        }
         if ($kind =~ /^sync:(.*)/) {
             my $keys = $1;
             if ($SYNC{lose}) {
