@@ -287,6 +287,50 @@ TEST(SharePool, MoreOfTheCurrentEpochBringsUnitsOfThePool) {
     EXPECT_EQ(tokens_of(s, p, kT0 + kMs), 0);
 }
 
+// Units moved from the pool travel with the reply, counted in the book of the grant's epoch
+// only: a reply that lands once that epoch may be over on Redis's clock (past its end less the
+// guard: a replay after a lost reply, or a reply crossing the boundary) brings none, or they
+// add to a bucket the next epoch's book does not count them in ("a reply later than its epoch
+// brings none", share_add). Compared with the same reply without units.
+TEST(ShareHost, ALateReplyBringsNoUnits) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 100, kSec, 4);  // C = 5
+    const int64_t guard = 2 * kMs;
+    // Held: epoch kT0 and the next, burst 3 then 5; the bucket spent.
+    rl::ShareAsk asked;
+    asked.epoch_us = kQ;
+    asked.rate[0] = asked.rate[1] = S / 2;
+    asked.burst[0] = 3;
+    asked.burst[1] = 5;
+    rl::ShareGrant g;
+    g.epoch_at = kT0;
+    g.rate[0] = g.rate[1] = S / 2;
+    g.burst[0] = 3;
+    g.burst[1] = 5;
+    rl::HostShare h;
+    rl::share_add(h, p, kT0 + 10 * kMs, guard, asked, g, 0);
+    // More of epoch kT0, asked at a round at kT0 + 150 ms: Redis moved 2 units with 2 of burst.
+    rl::ShareAsk more;
+    more.epoch_us = kQ;
+    more.rate[0] = S / 4;
+    more.burst[0] = 2;
+    rl::ShareGrant gm;
+    gm.epoch_at = kT0;
+    gm.rate[0] = S / 4;
+    gm.burst[0] = 2;
+    for (int64_t at : {kT0 + kQ + 40 * kMs, kT0 + kQ + 1 * kMs, kT0 + kQ - 1 * kMs}) {
+        rl::HostShare with = h, without = h;
+        rl::share_add(with, p, at, guard, more, gm, 2);
+        rl::share_add(without, p, at, guard, more, gm, 0);
+        EXPECT_EQ(rl::share_available(with, p), rl::share_available(without, p)) << "landed at +" << (at - kT0) / kMs << " ms";
+    }
+    // In time (the epoch certainly still Redis's), they land.
+    rl::HostShare in_time = h;
+    rl::share_add(in_time, p, kT0 + 160 * kMs, guard, more, gm, 2);
+    rl::HostShare none = h;
+    rl::share_add(none, p, kT0 + 160 * kMs, guard, more, gm, 0);
+    EXPECT_EQ(rl::share_available(in_time, p), rl::share_available(none, p) + 2);
+}
+
 TEST(ShareHost, AsksFollowDemand) {
     rl::Policy p = rltest::policy(rl::Algo::gcra, 1000, kSec, 99);
     rl::HostShare h;
