@@ -721,6 +721,39 @@ TEST(SyncSim, SharesLateRepliesNeverOvershoot) {
     }
 }
 
+// A host idle for two epochs gives its shares back with "the units its bucket held": read as of
+// its last request (collect does not advance it), after its epochs ended and its bucket was
+// emptied. Redis pours them into the pool: units that exist nowhere. Host 0 takes a share at
+// +10 ms and stops; the key idles (the exact limiter fills up); host 1 drains it all just before
+// host 0's give-back round; host 2 then draws the give-back's units from the pool.
+TEST(SyncSim, SharesGiveBackOnlyUnitsHeld) {
+    Scenario sc;
+    sc.p = rltest::policy(rl::Algo::gcra, 10, kSec, 9);  // C = 10, r 2T = 20 >= C: shares
+    sc.hosts = 3;
+    sc.T = 1000 * kMs;
+    sc.L = 2 * kMs;
+    sc.arrivals = Arrivals::poisson;
+    sc.load = 1;
+    sc.duration = 8 * kSec;
+    sc.seed = 5;
+    std::mt19937_64 rng(sc.seed * 7 + 1);  // the hosts' round phases, as Sim::run draws them
+    const int64_t phase0 = static_cast<int64_t>(rng() % static_cast<uint64_t>(sc.T));
+    int64_t give_back = kStart + phase0;
+    while (give_back - (kStart + 10 * kMs) < 4 * sc.T) give_back += sc.T;  // idle two epochs (2 Q)
+    std::vector<std::vector<int64_t>> arrivals(3);
+    arrivals[0] = {kStart + 10 * kMs};
+    for (int k = 0; k < 15; k++) arrivals[1].push_back(give_back - 1 * kMs);
+    for (int k = 0; k < 15; k++) arrivals[2].push_back(give_back + 3 * kMs);
+    Sim sim(sc, Mode::shares);
+    std::vector<int64_t> adm = sim.run(arrivals);
+    std::sort(adm.begin(), adm.end());
+    rltest::Key one(sc.p);
+    size_t refused = 0;
+    for (int64_t t : adm) refused += !one.allowed(t);
+    EXPECT_EQ(refused, 0u) << refused << " of " << adm.size() << " admissions beyond one limiter (give-back round at +"
+                           << (give_back - kStart) / kMs << " ms)";
+}
+
 // A host whose clock is off Redis's by more than its guard can overshoot: the guard is what
 // keeps the shares of two epochs apart (checked so that the test above can fail).
 TEST(SyncSim, SharesNeedTheirGuard) {
