@@ -253,10 +253,21 @@ TEST(ShareHost, HoldsThreeEpochsAroundABoundary) {
     h3.held[2] = h3.held[1];
     h3.held[1] = h3.held[0];
     h3.held[0] = rl::Share{kT0, S, 5};
-    rl::ShareAsk back = rl::share_give_back_ask(h3, p, &units);
+    rl::ShareAsk back = rl::share_give_back_ask(h3, p, kT0 + kQ + 3 * kMs, guard, &units);
     EXPECT_EQ(back.back_at, kT0 + kQ);
     EXPECT_EQ(back.back_rate[0], S);
     EXPECT_EQ(back.back_rate[1], S);
+    // An epoch between two held missing (its ask lost): the latest is named all the same.
+    rl::HostShare gap;
+    gap.epoch_us = kQ;
+    gap.at = kT0 + 10 * kMs;
+    gap.held[0] = rl::Share{kT0, S, 5};
+    gap.held[1] = rl::Share{kT0 + 2 * kQ, S / 2, 3};
+    back = rl::share_give_back_ask(gap, p, kT0 + 20 * kMs, guard, &units);
+    EXPECT_EQ(back.back_at, kT0 + kQ);
+    EXPECT_EQ(back.back_rate[0], 0);
+    EXPECT_EQ(back.back_rate[1], S / 2);
+    EXPECT_EQ(back.back_burst[1], 3);
 }
 
 // A demand is measured over the last span, or since the key's run began if later, never over

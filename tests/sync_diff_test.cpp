@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -166,7 +167,17 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
         std::vector<SyncKey> keys(4);
         for (size_t i = 0; i < keys.size(); i++) {
             SyncKey& k = keys[i];
-            k.p = rltest::policy(algo, kRequests[pick(6)], kPeriods[pick(5)], rl::is_bucket(algo) ? pick(20) : 0);
+            const int64_t req = kRequests[pick(6)], per = kPeriods[pick(5)];
+            int64_t burst = rl::is_bucket(algo) ? pick(20) : 0;
+            if (rl::is_bucket(algo) && pick(3) == 0) {
+                // Large bursts too: the shares' burst arithmetic beyond 2^16 units (the Lua's
+                // doubles against the C++ integers), up to finish_policy's bound.
+                const int64_t token = per / std::gcd(req, per);
+                const int64_t most = (rl::kExact / 4) / token - 1;
+                const int64_t bigs[] = {65535, 65536, 1000003, int64_t{1} << 40, most};
+                burst = std::min(most, bigs[pick(5)] + pick(3));
+            }
+            k.p = rltest::policy(algo, req, per, burst);
             k.zone = "z" + std::to_string(seed) + "_" + std::to_string(i);
             k.hash = rl::KeyHash{rng(), rng()};
             k.redis_key.resize(rl::redis_key_len(kPrefix, k.zone, algo));

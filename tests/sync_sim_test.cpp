@@ -438,7 +438,7 @@ class Sim {
         rl::SyncItem it = item();
         bool idle = h.last_seen <= t - 2 * epoch_;
         if (idle && rl::share_holds_any(h.share)) {
-            it.share = rl::share_give_back_ask(h.share, sc_.p, &it.give_back);  // unused for two epochs: used no more from now
+            it.share = rl::share_give_back_ask(h.share, sc_.p, ht, guard_, &it.give_back);  // unused for two epochs: used no more from now
             if (it.share.epoch_us > 0) send(host, it, t);
             return;
         }

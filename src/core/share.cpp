@@ -261,9 +261,11 @@ void share_add(HostShare& h, const Policy& p, int64_t now, int64_t guard, const 
         slot->burst += g.burst[k];
         sort_held(h);
     }
-    // Units moved from the pool into its bucket: never above the share in force now (a reply
-    // later than its epoch brings none).
-    if (tokens > 0) {
+    // Units moved from the pool into its bucket: never above the share in force now. A reply that
+    // may land once its epoch is over on Redis's clock (later than it, or within the guard of its
+    // end: a replay after a lost reply, a reply crossing the boundary) brings none: the next
+    // epoch's book does not count them, and the pool has refilled meanwhile.
+    if (tokens > 0 && now + clamp(guard, 0, (epoch_us - 1) / 2) < g.epoch_at + epoch_us) {
         Share e = share_effective(h, now, guard);
         __int128 t = static_cast<__int128>(h.tokens) + static_cast<__int128>(tokens) * p.token;
         h.tokens = t > e.burst * p.token ? e.burst * p.token : static_cast<int64_t>(t);
@@ -338,15 +340,18 @@ ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int6
     return ask;
 }
 
-ShareAsk share_give_back_ask(HostShare& h, const Policy& p, int64_t* units) {
+ShareAsk share_give_back_ask(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64_t* units) {
     ShareAsk ask;
-    *units = share_available(h, p);
+    *units = 0;
     if (h.epoch_us <= 0) return ask;
+    share_advance(h, p, now, guard);  // the units it holds now, not at its last request
+    *units = share_available(h, p);
     ask.epoch_us = h.epoch_us;
-    // The two latest epochs held: Redis's book has no other (an earlier one is ending).
-    int n = 0;
-    while (n < kSharesHeld && h.held[n].at != 0) n++;
-    ask.back_at = h.held[n > 2 ? n - 2 : 0].at;
+    // The latest epoch held and the one before it (held or not: an epoch between two held may
+    // be missing, its ask lost).
+    int64_t latest = 0;
+    for (const Share& s : h.held) latest = max64(latest, s.at);
+    ask.back_at = latest != 0 ? latest - h.epoch_us : 0;
     for (const Share& s : h.held) {
         if (s.at == 0 || ask.back_at == 0) continue;
         int j = s.at == ask.back_at ? 0 : (s.at == ask.back_at + h.epoch_us ? 1 : -1);

@@ -175,9 +175,11 @@ ShareAsk share_cold_ask(const Policy& p, int64_t epoch_us, int64_t hosts, int64_
 ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int64_t epoch_us, int64_t now,
                          int64_t demand);
 
-// Unused shares given back (the host uses them no more: h is emptied), with the units its bucket
-// held (*units: sent as the item's give_back; Redis puts them back in the pool, within C - B).
-ShareAsk share_give_back_ask(HostShare& h, const Policy& p, int64_t* units);
+// Unused shares given back at `now` (the host uses them no more: h is emptied), with the units
+// its bucket holds then (refilled up to now, its epochs over dropped: *units, sent as the item's
+// give_back; Redis puts them back in the pool, within C - B). The two latest epochs are named:
+// Redis's book holds no other.
+ShareAsk share_give_back_ask(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64_t* units);
 
 // After a reply (at `now`): whether the rate is all taken, and the pool dry.
 void share_asks_reply(ShareAsks& a, const SyncItem& sent, const SyncResult& r, int64_t now);

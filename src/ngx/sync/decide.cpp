@@ -47,6 +47,8 @@ rl::Decision share_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
         k->share = rl::HostShare{};
         k->share.epoch_us = epoch;
         k->asks = rl::ShareAsks{};
+        k->spent = k->rate = 0;  // arrivals over another interval: its demand is measured afresh
+        k->asks.since = now;
     }
     if (!(res.flags & RL_SYNC_WAITED)) {
         k->spent += res.cost;  // its demand: every arrival, once

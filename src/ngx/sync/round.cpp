@@ -120,7 +120,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                 k->spent = 0;
                 bool holds = rl::share_holds_any(k->share);
                 if (holds && (final || now - k->used_at >= 2 * epoch)) {
-                    si.share = rl::share_give_back_ask(k->share, *p, &si.give_back);
+                    si.share = rl::share_give_back_ask(k->share, *p, now, rl_sync_guard_us(zone), &si.give_back);
                     holds = false;
                 } else if (!final && units > 0 && (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
                     si.share = rl::share_round_ask(k->share, k->asks, *p, epoch, now, demand);
