@@ -95,7 +95,10 @@ void unneed(rl_sync_batch_t* b, rl_ctx_t* ctx) {
         rl_sync_item_t* it = rl_sync_item_find(b, res.hash, static_cast<uint8_t>(res.applied->policy.algo));
         if (it == nullptr || it->si.need < res.cost) continue;
         if (!it->need_granted) {
-            it->si.need -= res.cost;
+            // Sent already: a share's reply is checked against the need it was sent with (Redis
+            // may admit all of it and move a burst's units: more than a smaller need allows).
+            // The units of a request gone are dropped there (it limits more, never less).
+            if (!rl_sync_shares(zone, *it->si.policy)) it->si.need -= res.cost;
         } else if (rl::Slot* slot = rl_sync_item_slot(zone, *it)) {
             if (!rl_sync_shares(zone, *it->si.policy)) rl_sync_key(slot)->lease.units += res.cost;  // as rl_sync_release
         }
