@@ -226,6 +226,28 @@ for my $case (['lr', 'one Redis'], ['lc', 'a Redis Cluster']) {
         "tokens: retry_after_ms in Redis $s->{retry_after_ms}");
 }
 
+# ------------------------------------------------------------------ a settle after a migration
+# The key's hash slot moves to another primary while the request runs: its settle, sent where
+# the worker's map says, gets MOVED and follows it (no failed try, no second try 500 ms later).
+{
+    my $user = fresh_key('mv');
+    my %before = map { $_->[0] => 1 } $c->scan('rl:{lc:*');
+    my ($st) = req(0, "/lc?user=$user&key=lcmv&status=401");
+    is(settle_value(sub { remaining(1, 'lc', $user) }, 4), 4, "cluster migration: a first failure charged ($st)");
+    my @new = grep { !$before{ $_->[0] } } $c->scan('rl:{lc:*');
+    is(scalar @new, 1, 'cluster migration: the key\'s state found');
+    my ($key, $src) = @{ $new[0] };
+    my $slot = $c->keyslot($key);
+    my ($dst) = grep { $_->port != $src->port } $c->primaries;
+    my $e = $b->enter($ports[0], "/lc?user=$user&status=401", 'lcmv', ms => 600000);
+    ok($e->{held}, 'cluster migration: a second failure held by the upstream');
+    $c->migrate_slot($slot, $dst);
+    is($c->countkeysinslot($dst, $slot) . ' ' . $c->countkeysinslot($src, $slot), '1 0', 'cluster migration: the slot moved with the key');
+    is($b->finish('lcmv', $e), 401, 'cluster migration: the request ends (401)');
+    is(settle_value(sub { remaining(1, 'lc', $user) }, 3), 3, 'cluster migration: its settle charged the key on the new owner');
+    unlike($n[0]->error_log, qr/a settle failed/, 'cluster migration: no settle try failed (the MOVED was followed)');
+}
+
 # ------------------------------------------------------------------ refund on 502
 {
     my $k = fresh_key('ref');
