@@ -4,7 +4,10 @@
 # at once, has 10 most of the time, and Redis holds no member once every request ended. A host
 # killed (-9, master and workers) while holding slots: the other host gets them within `hold`.
 # A request longer than 3 x hold keeps its slot all along (the refresh). Redis down:
-# ratelimit_on_error allow / deny / local; Redis back: the zone converges.
+# ratelimit_on_error allow / deny / local; Redis back: the zone converges. In the cluster, a
+# key's hash slot migrated while its requests run (MOVED), or left half-migrated (ASK): their
+# slots are kept past hold by refreshes that follow the redirection, and given back on the new
+# owner as soon as they end.
 use strict;
 use warnings;
 use FindBin;

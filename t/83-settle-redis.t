@@ -9,6 +9,7 @@
 #    at least the 5 and at most H * R = 10 (the stated bound of a window), then both hosts
 #    reject.
 #  - Tokens from a response header: debt in Redis, the exact Retry-After on the other host.
+#  - A Cluster key's slot migrated while its request runs: the settle follows the MOVED.
 #  - Refund on 502 with the upstream down: the quota is intact.
 #  - Script calls: none for a settle equal to its quantity, one for a charge.
 #  - A settle Redis does not take (Redis killed while the request runs): counted once in
