@@ -53,6 +53,21 @@ sub probe {
 }
 sub held { return join ' ', map { $_->{held} ? 'held' : $_->{status} } @_ }
 
+# Probes $path?key=$key on $n every $every s for $secs s: ('status X-Status' seen, comma
+# separated, tries, { seen => count }).
+sub probe_for {
+    my ($n, $path, $key, $secs, $every) = @_;
+    my (%seen, $tries);
+    my $t0 = time;
+    while (time - $t0 < $secs) {
+        my ($st, $x) = probe($n, $path, $key);
+        $seen{"$st $x"}++;
+        $tries++;
+        sleep $every;
+    }
+    return (join(',', sort keys %seen), $tries, \%seen);
+}
+
 # The members of every sorted set (the concurrency keys) in a standalone Redis or a cluster,
 # and of which keys: (total, 'key:count ...').
 sub members {
@@ -149,16 +164,8 @@ load_64('redis', $redis, $n1, $n2);
     my ($m0, $w0) = members($redis);
     is($m0, 1, 'long: Redis holds its member');
     my $score0 = zscore_of($redis);
-    my (%seen, $tries);
-    my $t0 = time;
-    while (time - $t0 < 7) {
-        my ($st, $x) = probe($n2, '/one', 'long');
-        $seen{"$st $x"}++;
-        $tries++;
-        sleep 0.2;
-    }
-    is(join(',', sort keys %seen), '429 REJECTED', "long: for 7 s (3.5 x hold) host 2 is refused the key ($tries tries)")
-      or diag(explain \%seen);
+    my ($seen, $tries, $all) = probe_for($n2, '/one', 'long', 7, 0.2);
+    is($seen, '429 REJECTED', "long: for 7 s (3.5 x hold) host 2 is refused the key ($tries tries)") or diag(explain $all);
     ok(zscore_of($redis) > $score0, 'long: the member\'s expiry was moved on (refreshed)');
     is($b->finish('long', $e), '200', 'long: the request completes');
     my ($st, $x) = probe($n2, '/one', 'long');
@@ -341,16 +348,8 @@ sub slot_moves {
         is(held(@e), 'held held', 'MOVED refresh: two requests hold the key');
         my ($key, $slot, $src, $dst) = $where->();
         $c->migrate_slot($slot, $dst);
-        my (%seen, $tries);
-        my $t0 = time;
-        while (time - $t0 < 5.5) {
-            my ($st, $x) = probe($n, '/moved', 'mvr');
-            $seen{"$st $x"}++;
-            $tries++;
-            sleep 0.25;
-        }
-        is(join(',', sort keys %seen), '429 REJECTED', "MOVED refresh: for 5.5 s (hold 4 s) after the move the key stays full ($tries tries)")
-          or diag(explain \%seen);
+        my ($seen, $tries, $all) = probe_for($n, '/moved', 'mvr', 5.5, 0.25);
+        is($seen, '429 REJECTED', "MOVED refresh: for 5.5 s (hold 4 s) after the move the key stays full ($tries tries)") or diag(explain $all);
         is($zcard->($dst, $key), 2, 'MOVED refresh: both members on the new owner');
         is($b->finish('mvr', @e), '200 200', 'MOVED refresh: the requests end');
         $freed->('MOVED refresh', $dst, $key, 'mvr');
@@ -365,16 +364,8 @@ sub slot_moves {
         my $z0 = $on->($src, 'ZRANGE', $key, 0, -1, 'WITHSCORES');
         $c->begin_migration($slot, $dst, $key);
         is($zcard->($dst, $key) . ' ' . $c->countkeysinslot($src, $slot), '2 0', 'ASK: the sorted set moved, the slot is migrating');
-        my (%seen, $tries);
-        my $t0 = time;
-        while (time - $t0 < 5.5) {
-            my ($st, $x) = probe($n, '/moved', 'ask');
-            $seen{"$st $x"}++;
-            $tries++;
-            sleep 0.25;
-        }
-        is(join(',', sort keys %seen), '429 REJECTED', "ASK: for 5.5 s (hold 4 s) the key stays full ($tries tries)")
-          or diag(explain \%seen);
+        my ($seen, $tries, $all) = probe_for($n, '/moved', 'ask', 5.5, 0.25);
+        is($seen, '429 REJECTED', "ASK: for 5.5 s (hold 4 s) the key stays full ($tries tries)") or diag(explain $all);
         my $z1 = $on->($dst, 'ZRANGE', $key, 0, -1, 'WITHSCORES');
         ok(ref $z0 eq 'ARRAY' && ref $z1 eq 'ARRAY' && @$z1 == 4 && $z1->[1] > $z0->[1] && $z1->[3] > $z0->[3],
             'ASK: the members were refreshed on the target');
