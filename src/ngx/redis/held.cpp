@@ -51,7 +51,7 @@ void cmd_send(held_cmd_t* cmd, rl_redis_t* redis, uint16_t slot, size_t len, siz
     const size_t bounds[3] = {0, split > 0 ? split : len, len};
     for (ngx_uint_t i = 0; i < (split > 0 ? 2 : 1); i++) {
         rl_resend_t* part = &cmd->parts[i];
-        *part = rl_resend_t{redis, part_done, cmd, cmd->bytes + bounds[i], bounds[i + 1] - bounds[i], 0, 0};
+        *part = rl_resend_t{part_done, cmd, cmd->bytes + bounds[i], bounds[i + 1] - bounds[i], 0, 0};
         if (!rl_resend_send(part, node)) break;  // (a PEXPIRE without its ZADD is of no use)
         cmd->pending++;
     }

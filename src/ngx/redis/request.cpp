@@ -307,7 +307,7 @@ void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck*
     auto* refund = static_cast<rl_refund_t*>(ngx_alloc(sizeof(rl_refund_t) + len, redis->conn.log));
     if (refund == nullptr) return;
     len = rl::write_refund_command(reinterpret_cast<char*>(refund->bytes), prefix, checks, n, rl_node_script(node));
-    refund->cmd = rl_resend_t{redis, refund_done, refund, refund->bytes, len, 1, 0};
+    refund->cmd = rl_resend_t{refund_done, refund, refund->bytes, len, 1, 0};
     if (!rl_resend_send(&refund->cmd, node)) {
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
         ngx_free(refund);

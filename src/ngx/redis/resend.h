@@ -3,8 +3,8 @@
 // or a NOSCRIPT that reloaded the code, at most kRlMaxRetries times, as every call of the
 // request path is (node.h). Fire and forget for whoever sends it: nothing waits on it, and each
 // try is bounded by its connection's timers (connect_timeout, the overdue watchdog), whose
-// failure is its end. The settles (settle.cpp), refunds and the in-flight slots' releases and
-// refreshes (held.cpp) go through it.
+// failure is its end. The settles (settle.cpp), refunds (request.cpp) and the in-flight slots'
+// releases and refreshes (held.cpp) go through it.
 #pragma once
 
 #include "ngx/redis/node.h"
@@ -17,7 +17,6 @@ struct rl_resend_t;
 typedef void (*rl_resend_done_pt)(rl_resend_t* cmd, rl_redis_node_t* node, const redisReply* reply, bool taken);
 
 struct rl_resend_t {
-    rl_redis_t* redis;
     rl_resend_done_pt done;
     void* data;              // the owner's
     const u_char* bytes;     // the command (the owner's, kept until done)

@@ -139,7 +139,7 @@ rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript
     auto* buf = reinterpret_cast<char*>(call->bytes);
     len = res.delta > 0 ? rl::charge_command(buf, script, false, prefix, &check, 1, 0, id)
                         : rl::write_refund_command(buf, prefix, &check, 1, script, id);
-    call->cmd = rl_resend_t{redis, on_done, call, call->bytes, len, 1, 0};
+    call->cmd = rl_resend_t{on_done, call, call->bytes, len, 1, 0};
     call->redis = redis;
     call->metrics = zone->metrics;
     call->zone = zone->name;
