@@ -4,7 +4,10 @@
 # at once, has 10 most of the time, and Redis holds no member once every request ended. A host
 # killed (-9, master and workers) while holding slots: the other host gets them within `hold`.
 # A request longer than 3 x hold keeps its slot all along (the refresh). Redis down:
-# ratelimit_on_error allow / deny / local; Redis back: the zone converges.
+# ratelimit_on_error allow / deny / local; Redis back: the zone converges. In the cluster, a
+# key's hash slot migrated while its requests run (MOVED), or left half-migrated (ASK): their
+# slots are kept past hold by refreshes that follow the redirection, and given back on the new
+# owner as soon as they end.
 use strict;
 use warnings;
 use FindBin;
@@ -26,6 +29,7 @@ sub conf {
     ratelimit_zone ck key=\$arg_key concurrency=4 redis=rs hold=2s;
     ratelimit_zone c1 key=\$arg_key concurrency=1 redis=rs hold=2s;
     ratelimit_zone cw key=\$arg_key concurrency=1000000 redis=rs hold=2s;
+    ratelimit_zone cm key=\$arg_key concurrency=2 redis=rs hold=4s;
     proxy_set_header X-Worker \$pid;
     server {
         listen 127.0.0.1:%%PORT%% reuseport;
@@ -35,6 +39,7 @@ sub conf {
         location /many { ratelimit zone=cc; proxy_pass http://127.0.0.1:$bp/hold; }
         location /kill { ratelimit zone=ck; proxy_pass http://127.0.0.1:$bp/hold; }
         location /one  { ratelimit zone=c1; proxy_pass http://127.0.0.1:$bp/hold; }
+        location /moved { ratelimit zone=cm; proxy_pass http://127.0.0.1:$bp/hold; }
         location /warm { ratelimit zone=cw; empty_gif; }
     }
 EOF
@@ -47,6 +52,21 @@ sub probe {
     return ($st // 'ERR', $h->{'x-status'} // '');
 }
 sub held { return join ' ', map { $_->{held} ? 'held' : $_->{status} } @_ }
+
+# Probes $path?key=$key on $n every $every s for $secs s: ('status X-Status' seen, comma
+# separated, tries, { seen => count }).
+sub probe_for {
+    my ($n, $path, $key, $secs, $every) = @_;
+    my (%seen, $tries);
+    my $t0 = time;
+    while (time - $t0 < $secs) {
+        my ($st, $x) = probe($n, $path, $key);
+        $seen{"$st $x"}++;
+        $tries++;
+        sleep $every;
+    }
+    return (join(',', sort keys %seen), $tries, \%seen);
+}
 
 # The members of every sorted set (the concurrency keys) in a standalone Redis or a cluster,
 # and of which keys: (total, 'key:count ...').
@@ -144,16 +164,8 @@ load_64('redis', $redis, $n1, $n2);
     my ($m0, $w0) = members($redis);
     is($m0, 1, 'long: Redis holds its member');
     my $score0 = zscore_of($redis);
-    my (%seen, $tries);
-    my $t0 = time;
-    while (time - $t0 < 7) {
-        my ($st, $x) = probe($n2, '/one', 'long');
-        $seen{"$st $x"}++;
-        $tries++;
-        sleep 0.2;
-    }
-    is(join(',', sort keys %seen), '429 REJECTED', "long: for 7 s (3.5 x hold) host 2 is refused the key ($tries tries)")
-      or diag(explain \%seen);
+    my ($seen, $tries, $all) = probe_for($n2, '/one', 'long', 7, 0.2);
+    is($seen, '429 REJECTED', "long: for 7 s (3.5 x hold) host 2 is refused the key ($tries tries)") or diag(explain $all);
     ok(zscore_of($redis) > $score0, 'long: the member\'s expiry was moved on (refreshed)');
     is($b->finish('long', $e), '200', 'long: the request completes');
     my ($st, $x) = probe($n2, '/one', 'long');
@@ -284,6 +296,87 @@ $redis->stop;
 
 # ---------------------------------------------------------------- 3-primary cluster
 
+# The in-flight slots of a key whose hash slot moves to another primary while its requests run
+# (zone cm: N = 2, hold 4 s, refreshed every 1.33 s): their releases and refreshes, sent where
+# the worker's map says, get MOVED (or ASK, the slot half-migrated) and follow it.
+sub slot_moves {
+    my ($c, $n) = @_;
+    my @prim = $c->primaries;
+    # The key's sorted set (the one of zone cm not seen before: a slot not given back leaves
+    # the last one's), its slot, its owner and another primary.
+    my %seen;
+    my $where = sub {
+        my @z = grep { !$seen{ $_->[0] } } $c->scan('rl:{cm:*');
+        return () unless @z == 1;
+        my ($key, $src) = @{ $z[0] };
+        $seen{$key} = 1;
+        my $slot = $c->keyslot($key);
+        my ($dst) = grep { $_->port != $src->port } @prim;
+        return ($key, $slot, $src, $dst);
+    };
+    # (ASKING first: the target of a slot still migrating answers for the keys it has.)
+    my $on = sub { my ($node, @cmd) = @_; $c->cmd($node, 'ASKING'); my (undef, $v) = $c->cmd($node, @cmd); return $v };
+    my $zcard = sub { my ($node, $key) = @_; return $on->($node, 'ZCARD', $key) // -1 };
+    # Within 1.5 s (a member lives 2.7 s at least past its last refresh): the key's members are
+    # gone from $node and the key admits again.
+    my $freed = sub {
+        my ($what, $node, $key, $k) = @_;
+        my $t0 = time;
+        my $left = settle_value(sub { $zcard->($node, $key) }, 0, timeout => 1.5, after => 0);
+        my ($st, $x) = probe($n, '/moved', $k);
+        is("$left $st $x", '0 200 PASSED',
+            sprintf("$what: the slots were given back on the new owner at once (%.2f s), the key admits", time - $t0));
+    };
+
+    # MOVED: the slot migrates while two requests hold the key; they end right after.
+    {
+        my @e = map { $b->enter($n->port, '/moved', 'mvd') } 1 .. 2;
+        is(held(@e), 'held held', 'MOVED: two requests hold the key (N = 2)');
+        my ($key, $slot, $src, $dst) = $where->();
+        ok(defined $key, 'MOVED: its sorted set found');
+        my ($st, $x) = probe($n, '/moved', 'mvd');
+        is("$st $x", '429 REJECTED', 'MOVED: a third is refused');
+        $c->migrate_slot($slot, $dst);
+        is($zcard->($dst, $key) . ' ' . $c->countkeysinslot($src, $slot), '2 0', 'MOVED: the slot and its members moved');
+        is($b->finish('mvd', @e), '200 200', 'MOVED: the requests end');
+        $freed->('MOVED', $dst, $key, 'mvd');
+    }
+
+    # MOVED, then refreshes: requests that run past hold after the move keep their slots.
+    {
+        my @e = map { $b->enter($n->port, '/moved', 'mvr') } 1 .. 2;
+        is(held(@e), 'held held', 'MOVED refresh: two requests hold the key');
+        my ($key, $slot, $src, $dst) = $where->();
+        $c->migrate_slot($slot, $dst);
+        my ($seen, $tries, $all) = probe_for($n, '/moved', 'mvr', 5.5, 0.25);
+        is($seen, '429 REJECTED', "MOVED refresh: for 5.5 s (hold 4 s) after the move the key stays full ($tries tries)") or diag(explain $all);
+        is($zcard->($dst, $key), 2, 'MOVED refresh: both members on the new owner');
+        is($b->finish('mvr', @e), '200 200', 'MOVED refresh: the requests end');
+        $freed->('MOVED refresh', $dst, $key, 'mvr');
+    }
+
+    # ASK: the key's sorted set moved, its slot left migrating: every release and refresh is
+    # answered ASK (the map does not change); the slots are kept past hold, then given back.
+    {
+        my @e = map { $b->enter($n->port, '/moved', 'ask') } 1 .. 2;
+        is(held(@e), 'held held', 'ASK: two requests hold the key');
+        my ($key, $slot, $src, $dst) = $where->();
+        my $z0 = $on->($src, 'ZRANGE', $key, 0, -1, 'WITHSCORES');
+        $c->begin_migration($slot, $dst, $key);
+        is($zcard->($dst, $key) . ' ' . $c->countkeysinslot($src, $slot), '2 0', 'ASK: the sorted set moved, the slot is migrating');
+        my ($seen, $tries, $all) = probe_for($n, '/moved', 'ask', 5.5, 0.25);
+        is($seen, '429 REJECTED', "ASK: for 5.5 s (hold 4 s) the key stays full ($tries tries)") or diag(explain $all);
+        my $z1 = $on->($dst, 'ZRANGE', $key, 0, -1, 'WITHSCORES');
+        ok(ref $z0 eq 'ARRAY' && ref $z1 eq 'ARRAY' && @$z1 == 4 && $z1->[1] > $z0->[1] && $z1->[3] > $z0->[3],
+            'ASK: the members were refreshed on the target');
+        my ($me) = grep { $_->{port} == $src->port } $c->view($src);
+        ok(exists $me->{migrating}{$slot}, 'ASK: the slot is still migrating (so every call was answered ASK)');
+        is($b->finish('ask', @e), '200 200', 'ASK: the requests end');
+        $freed->('ASK', $dst, $key, 'ask');
+        $c->finish_migration($slot);
+    }
+}
+
 {
     my $c = start_redis_cluster(primaries => 3);
     my $chttp = conf('ratelimit_redis rs cluster ' . $c->seeds . ' timeout=500ms;');
@@ -292,6 +385,7 @@ $redis->stop;
     ok(defined $c1->wait_decided(sub { '/warm?key=' . fresh_key('w') }) && defined $c2->wait_decided(sub { '/warm?key=' . fresh_key('w') }),
         'cluster: every worker of both hosts decides in the cluster');
     load_64('cluster', $c, $c1, $c2);
+    slot_moves($c, $c1);
     for my $h ($c1, $c2) {
         my @bad = grep { /\[(?:error|crit|alert|emerg)\]/ && !/limiting connections/ } split /\n/, $h->error_log;
         is(scalar @bad, 0, 'cluster: no error in the log') or diag(join "\n", @bad[0 .. ($#bad < 9 ? $#bad : 9)]);

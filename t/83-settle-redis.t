@@ -9,6 +9,7 @@
 #    at least the 5 and at most H * R = 10 (the stated bound of a window), then both hosts
 #    reject.
 #  - Tokens from a response header: debt in Redis, the exact Retry-After on the other host.
+#  - A Cluster key's slot migrated while its request runs: the settle follows the MOVED.
 #  - Refund on 502 with the upstream down: the quota is intact.
 #  - Script calls: none for a settle equal to its quantity, one for a charge.
 #  - A settle Redis does not take (Redis killed while the request runs): counted once in
@@ -224,6 +225,28 @@ for my $case (['lr', 'one Redis'], ['lc', 'a Redis Cluster']) {
     $span = (time - $t0) * 1000;
     ok(defined $s->{retry_after_ms} && $s->{retry_after_ms} <= 51000 && $s->{retry_after_ms} >= 51000 - $span - 1,
         "tokens: retry_after_ms in Redis $s->{retry_after_ms}");
+}
+
+# ------------------------------------------------------------------ a settle after a migration
+# The key's hash slot moves to another primary while the request runs: its settle, sent where
+# the worker's map says, gets MOVED and follows it (no failed try, no second try 500 ms later).
+{
+    my $user = fresh_key('mv');
+    my %before = map { $_->[0] => 1 } $c->scan('rl:{lc:*');
+    my ($st) = req(0, "/lc?user=$user&key=lcmv&status=401");
+    is(settle_value(sub { remaining(1, 'lc', $user) }, 4), 4, "cluster migration: a first failure charged ($st)");
+    my @new = grep { !$before{ $_->[0] } && $_->[0] !~ /:call:/ } $c->scan('rl:{lc:*');  # (not a settle's call id)
+    is(scalar @new, 1, 'cluster migration: the key\'s state found');
+    my ($key, $src) = @{ $new[0] };
+    my $slot = $c->keyslot($key);
+    my ($dst) = grep { $_->port != $src->port } $c->primaries;
+    my $e = $b->enter($ports[0], "/lc?user=$user&status=401", 'lcmv', ms => 600000);
+    ok($e->{held}, 'cluster migration: a second failure held by the upstream');
+    $c->migrate_slot($slot, $dst);
+    is($c->cli($dst, 'EXISTS', $key) . ' ' . $c->countkeysinslot($src, $slot), '1 0', 'cluster migration: the slot moved with the key');
+    is($b->finish('lcmv', $e), 401, 'cluster migration: the request ends (401)');
+    is(settle_value(sub { remaining(1, 'lc', $user) }, 3), 3, 'cluster migration: its settle charged the key on the new owner');
+    unlike($n[0]->error_log, qr/a settle failed/, 'cluster migration: no settle try failed (the MOVED was followed)');
 }
 
 # ------------------------------------------------------------------ refund on 502

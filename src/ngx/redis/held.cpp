@@ -3,8 +3,7 @@
 
 #include "core/redis_keys.h"
 #include "ngx/metrics.h"
-#include "ngx/redis/cluster.h"
-#include "ngx/redis/node.h"
+#include "ngx/redis/resend.h"
 
 #include <sys/random.h>
 
@@ -18,17 +17,45 @@ int64_t local_now_us() {
     return static_cast<int64_t>(tp->sec) * 1000000 + static_cast<int64_t>(tp->msec) * 1000;
 }
 
-rl_redis_node_t* node_for(rl_redis_t* redis, uint16_t slot) {
-    if (redis->cluster) return rl_cluster_route(redis, slot);
-    return redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr;
+// One release (a ZREM) or one refresh (its ZADD, then its PEXPIRE: one command each, so that
+// replies stay matched to commands even when the second cannot be queued), with its bytes,
+// until Redis answered each: they follow MOVED and ASK (resend.h), so a key whose slot moved
+// to another node since the map was last read has its slots given back or kept there.
+struct held_cmd_t {
+    rl_resend_t parts[2];
+    ngx_uint_t pending;      // parts sent and not yet done
+    const char* what;        // for the log
+    u_char bytes[1];
+};
+
+void part_done(rl_resend_t* part, rl_redis_node_t* node, const redisReply* reply, bool taken) {
+    auto* cmd = static_cast<held_cmd_t*>(part->data);
+    // Not retried further: a release not done expires after hold; a refresh goes again next time.
+    rl_resend_failed(node, cmd->what, reply, taken);
+    if (--cmd->pending == 0) ngx_free(cmd);
 }
 
-void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
-    if (reply != nullptr && reply->type != REDIS_REPLY_ERROR) return;
-    auto* node = static_cast<rl_redis_node_t*>(op->conn->data);
-    // Not retried: a release not done expires after hold; a refresh goes again next time.
-    if (reply != nullptr) rl_metrics_redis_error(node->redis->conn.metrics, RL_REDIS_ERR_ERROR_REPLY);
-    rl_node_log_reply(node, static_cast<const char*>(op->data), reply);
+held_cmd_t* cmd_new(rl_redis_t* redis, size_t len, const char* what) {
+    auto* cmd = static_cast<held_cmd_t*>(ngx_alloc(sizeof(held_cmd_t) + len, redis->conn.log));
+    if (cmd != nullptr) {
+        cmd->pending = 0;
+        cmd->what = what;
+    }
+    return cmd;
+}
+
+// Sends the `len` bytes written in cmd->bytes, for a key of cluster slot `slot`: one command,
+// or two when `split` > 0 ([0, split) and the rest).
+void cmd_send(held_cmd_t* cmd, rl_redis_t* redis, uint16_t slot, size_t len, size_t split) {
+    rl_redis_node_t* node = rl_resend_route(redis, slot);
+    const size_t bounds[3] = {0, split > 0 ? split : len, len};
+    for (ngx_uint_t i = 0; i < (split > 0 ? 2 : 1); i++) {
+        rl_resend_t* part = &cmd->parts[i];
+        *part = rl_resend_t{part_done, cmd, cmd->bytes + bounds[i], bounds[i + 1] - bounds[i], 0, 0};
+        if (!rl_resend_send(part, node)) break;  // (a PEXPIRE without its ZADD is of no use)
+        cmd->pending++;
+    }
+    if (cmd->pending == 0) ngx_free(cmd);
 }
 
 constexpr ngx_uint_t kPerCommand = 64;  // requests' slots per ZREM or ZADD: bounds one command
@@ -60,20 +87,6 @@ ngx_uint_t take_key(ngx_queue_t* from, ngx_queue_t* to, ngx_queue_t** cursor, rl
     return n;
 }
 
-// Sends one command of `len` bytes (or two: ZADD, then PEXPIRE from `split`: one op per command,
-// so that replies stay matched to commands even when the second cannot be queued).
-void send(rl_held_t* held, const char* buf, size_t len, size_t split, const char* what) {
-    rl_redis_node_t* node = node_for(held->redis, held->slot);
-    if (node == nullptr || !rl_node_can_take(node, 0)) return;
-    auto* cmd = reinterpret_cast<const u_char*>(buf);
-    auto* data = const_cast<char*>(what);
-    if (split == 0) {
-        rl_node_send(node, cmd, len, on_reply, data, 0);
-    } else if (rl_node_send(node, cmd, split, on_reply, data, 0) != nullptr) {
-        rl_node_send(node, cmd + split, len - split, on_reply, data, 0);
-    }
-}
-
 // Slots given back in this loop turn, one ZREM per key (a hot key's requests end together).
 void on_release(ngx_event_t* ev) noexcept {
     auto* redis = static_cast<rl_redis_t*>(ev->data);
@@ -85,9 +98,9 @@ void on_release(ngx_event_t* ev) noexcept {
     ngx_queue_t* cursor = ngx_queue_head(&redis->releasing);
     while (!ngx_queue_empty(&redis->releasing)) {
         ngx_uint_t n = take_key(&redis->releasing, &done, &cursor, checks, group);
-        auto* buf = static_cast<char*>(rl_redis_scratch(redis, rl::release_command_len(prefix, checks, n)));
-        if (buf != nullptr) {
-            send(group[0], buf, rl::write_release_command(buf, prefix, checks, n), 0, "a slot's release failed");
+        if (held_cmd_t* cmd = cmd_new(redis, rl::release_command_len(prefix, checks, n), "a slot's release failed")) {
+            auto* buf = reinterpret_cast<char*>(cmd->bytes);
+            cmd_send(cmd, redis, group[0]->slot, rl::write_release_command(buf, prefix, checks, n), 0);
         }
     }
     while (!ngx_queue_empty(&done)) {
@@ -113,12 +126,16 @@ void on_refresh(ngx_event_t* ev) noexcept {
         ngx_uint_t n = take_key(&redis->held, &sent, &cursor, checks, group);
         int64_t hold = 0;
         for (ngx_uint_t i = 0; i < n; i++) hold = checks[i].policy->period_us > hold ? checks[i].policy->period_us : hold;
-        size_t len = rl::refresh_command_len(prefix, checks, n, score + hold);
-        auto* buf = static_cast<char*>(rl_redis_scratch(redis, len));
-        if (buf == nullptr) continue;
-        len = rl::write_refresh_command(buf, prefix, checks, n, score + hold);
+        held_cmd_t* cmd = cmd_new(redis, rl::refresh_command_len(prefix, checks, n, score + hold), "a slot's refresh failed");
+        if (cmd == nullptr) continue;
+        auto* buf = reinterpret_cast<char*>(cmd->bytes);
+        size_t len = rl::write_refresh_command(buf, prefix, checks, n, score + hold);
         size_t split = std::string_view(buf, len).rfind(kExpire);
-        if (split != std::string_view::npos && split > 0) send(group[0], buf, len, split, "a slot's refresh failed");
+        if (split != std::string_view::npos && split > 0) {
+            cmd_send(cmd, redis, group[0]->slot, len, split);
+        } else {
+            ngx_free(cmd);
+        }
     }
     if (ngx_queue_empty(&sent)) return;  // nothing held: the next slot taken starts the timer
     ngx_queue_add(&redis->held, &sent);

@@ -1,8 +1,9 @@
 // In-flight slots held in Redis (concurrency zones with redis=): each is a member of its key's
 // sorted set, taken by the request's script call; here it is kept alive while its request runs
 // (every worker refreshes all of its slots every hold / 3, one pipelined write per server) and
-// given back when the request ends (a ZREM). A host that dies stops refreshing: Redis drops its
-// slots within `hold`.
+// given back when the request ends (a ZREM). Both follow MOVED / ASK (resend.h): a slot whose
+// key moved to another node is given back, or kept, there. A host that dies stops refreshing:
+// Redis drops its slots within `hold`.
 #pragma once
 
 #include "ngx/redis/conf.h"

@@ -13,6 +13,7 @@
 #include "ngx/redis/held.h"
 #include "ngx/redis/node.h"
 #include "ngx/redis/rejected.h"
+#include "ngx/redis/resend.h"
 
 namespace {
 
@@ -287,25 +288,30 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     batch_free(batch);
 }
 
-void on_refund_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
-    if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) {
-        if (reply != nullptr) rl_metrics_redis_error(node_of(op)->redis->conn.metrics, RL_REDIS_ERR_ERROR_REPLY);
-        rl_node_log_reply(node_of(op), "a refund failed", reply);
-    }
+// A refund, kept with its bytes until Redis answered it (it follows MOVED / ASK: resend.h).
+struct rl_refund_t {
+    rl_resend_t cmd;
+    u_char bytes[1];
+};
+
+void refund_done(rl_resend_t* cmd, rl_redis_node_t* node, const redisReply* reply, bool taken) {
+    rl_resend_failed(node, "a refund failed", reply, taken);
+    ngx_free(cmd->data);
 }
 
 // Fire and forget: the request does not wait for its refund. Refunds are rare: their own
-// buffer, as the scratch may be holding a reply being read.
+// memory, as the scratch may be holding a reply being read.
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n) {
     std::string_view prefix = rl_sv(redis->prefix);
     size_t len = rl::refund_command_len(prefix, checks, n, rl_node_script(node));
-    auto* buf = static_cast<char*>(ngx_alloc(len, redis->conn.log));
-    if (buf == nullptr) return;
-    len = rl::write_refund_command(buf, prefix, checks, n, rl_node_script(node));
-    if (rl_node_send(node, reinterpret_cast<u_char*>(buf), len, on_refund_reply, redis, 1) == nullptr) {
+    auto* refund = static_cast<rl_refund_t*>(ngx_alloc(sizeof(rl_refund_t) + len, redis->conn.log));
+    if (refund == nullptr) return;
+    len = rl::write_refund_command(reinterpret_cast<char*>(refund->bytes), prefix, checks, n, rl_node_script(node));
+    refund->cmd = rl_resend_t{refund_done, refund, refund->bytes, len, 1, 0};
+    if (!rl_resend_send(&refund->cmd, node)) {
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": a refund could not be sent", &redis->name);
+        ngx_free(refund);
     }
-    ngx_free(buf);
 }
 
 // A call that timed out (or whose request went away) is still in flight. If Redis admits it

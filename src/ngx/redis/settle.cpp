@@ -1,18 +1,18 @@
 // A settle is a call of its own, built when the request ends and kept (with its bytes) until
-// its reply, so that it can go again: after a MOVED / ASK / NOSCRIPT as any call does, and once
-// more, kRetryMs later (a connection that failed is backing off meanwhile), after a failure: no
-// reply, an error, or Redis away when it was to be sent. Each carries a call id
-// (redis_command.h), the same in every send of its bytes: a call Redis ran whose reply was
-// lost is not applied again when it goes again, it only gets its first reply back.
+// its reply, so that it can go again: after a MOVED / ASK / NOSCRIPT as any call does
+// (resend.h), and once more, kRetryMs later (a connection that failed is backing off
+// meanwhile), after a failure: no reply, an error, or Redis away when it was to be sent. Each
+// carries a call id (redis_command.h), the same in every send of its bytes: a call Redis ran
+// whose reply was lost is not applied again when it goes again, it only gets its first reply
+// back.
 #include "ngx/redis/settle.h"
 
 #include "core/redis_command.h"
 #include "core/settle.h"
 #include "ngx/metrics.h"
-#include "ngx/redis/cluster.h"
 #include "ngx/redis/held.h"
-#include "ngx/redis/node.h"
 #include "ngx/redis/request.h"
+#include "ngx/redis/resend.h"
 #include "ngx/store.h"
 
 namespace {
@@ -20,35 +20,21 @@ namespace {
 constexpr ngx_msec_t kRetryMs = 500;
 
 struct rl_settle_call_t {
+    rl_resend_t cmd;             // its bytes and its redirections
     rl_redis_t* redis;
     rl_metrics_zone_t* metrics;  // its zone's
     ngx_str_t zone;              // its zone's name, for the log
     uint16_t slot;               // its key's cluster slot
-    uint8_t tries;               // redirections so far (rl_node_retry_left)
     bool again;                  // its second try is set or done
     ngx_event_t retry;
-    size_t len;
-    u_char cmd[1];
+    u_char bytes[1];
 };
-
-void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
-
-rl_redis_node_t* node_of(const rl_settle_call_t* call) {
-    rl_redis_t* redis = call->redis;
-    if (redis->cluster) return rl_cluster_route(redis, call->slot);
-    return redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr;
-}
-
-bool send(rl_settle_call_t* call, rl_redis_node_t* node, bool ask) {
-    return node != nullptr && rl_node_send(node, call->cmd, call->len, on_reply, call, 1, ask) != nullptr;
-}
 
 void failed(rl_settle_call_t* call, rl_redis_node_t* node, const redisReply* reply);
 
 void on_retry(ngx_event_t* ev) noexcept {
     auto* call = static_cast<rl_settle_call_t*>(ev->data);
-    rl_redis_node_t* node = node_of(call);
-    if (!send(call, node, false)) failed(call, nullptr, nullptr);
+    if (!rl_resend_send(&call->cmd, rl_resend_route(call->redis, call->slot))) failed(call, nullptr, nullptr);
 }
 
 // A failure: the second try, kRetryMs later, or (the second failed too) the end.
@@ -95,23 +81,12 @@ void failed(rl_settle_call_t* call, rl_redis_node_t* node, const redisReply* rep
     ngx_free(call);
 }
 
-void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
-    auto* call = static_cast<rl_settle_call_t*>(op->data);
-    auto* node = static_cast<rl_redis_node_t*>(op->conn->data);
-    rl_retry_t retry{};
-    switch (rl_node_reply(node, reply, &retry)) {
-        case RL_REPLY_TAKE:
-            if (reply->type == REDIS_REPLY_ARRAY) {
-                ngx_free(call);
-                return;
-            }
-            break;
-        case RL_REPLY_RETRY:
-            if (rl_node_retry_left(&call->tries) && send(call, retry.node, retry.ask)) return;
-            break;
-        case RL_REPLY_SPLIT:  // one check: nothing to split; as a failure
-        case RL_REPLY_FAILED:
-            break;
+// The end of a try, after the redirections it followed (resend.h).
+void on_done(rl_resend_t* cmd, rl_redis_node_t* node, const redisReply* reply, bool taken) {
+    auto* call = static_cast<rl_settle_call_t*>(cmd->data);
+    if (taken && reply->type == REDIS_REPLY_ARRAY) {
+        ngx_free(call);
+        return;
     }
     retry_or_fail(call, node, reply);
 }
@@ -161,14 +136,14 @@ rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript
                                : rl::refund_command_len(prefix, &check, 1, script, id);
     auto* call = static_cast<rl_settle_call_t*>(ngx_alloc(sizeof(rl_settle_call_t) + len, ctx->r->connection->log));
     if (call == nullptr) return nullptr;
-    auto* buf = reinterpret_cast<char*>(call->cmd);
-    call->len = res.delta > 0 ? rl::charge_command(buf, script, false, prefix, &check, 1, 0, id)
-                              : rl::write_refund_command(buf, prefix, &check, 1, script, id);
+    auto* buf = reinterpret_cast<char*>(call->bytes);
+    len = res.delta > 0 ? rl::charge_command(buf, script, false, prefix, &check, 1, 0, id)
+                        : rl::write_refund_command(buf, prefix, &check, 1, script, id);
+    call->cmd = rl_resend_t{on_done, call, call->bytes, len, 1, 0};
     call->redis = redis;
     call->metrics = zone->metrics;
     call->zone = zone->name;
     call->slot = redis->cluster ? rl_redis_slot_of(res) : 0;
-    call->tries = 0;
     call->again = false;
     return call;
 }
@@ -180,13 +155,12 @@ void rl_redis_settle(rl_ctx_t* ctx) noexcept {
         const rl_result_t& res = ctx->results[i];
         if (res.store != RL_STORE_REDIS || res.delta == 0) continue;
         rl_redis_t* redis = res.applied->zone->redis;
-        rl_redis_node_t* first = redis->cluster ? nullptr : (redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr);
-        if (redis->cluster) first = rl_cluster_route(redis, rl_redis_slot_of(res));
+        rl_redis_node_t* first = rl_resend_route(redis, redis->cluster ? rl_redis_slot_of(res) : 0);
         // The call is built for how the node runs the Lua (as Redis was last seen: FCALL
         // unless it refused functions).
         rl_settle_call_t* call = build(ctx, res, first != nullptr ? rl_node_script(first) : rl::kPreferredScript);
         if (call == nullptr) continue;
         // Not queued (Redis away, too much in flight, no route yet): as a failure.
-        if (!send(call, first, false)) retry_or_fail(call, nullptr, nullptr);
+        if (!rl_resend_send(&call->cmd, first)) retry_or_fail(call, nullptr, nullptr);
     }
 }
