@@ -522,6 +522,16 @@ class Sim {
     uint64_t seq_ = 0;
 };
 
+// Zero overshoot: the admissions (sorted here) that one exact limiter of `p`, given them at
+// their times, would refuse.
+size_t beyond_one_limiter(const rl::Policy& p, std::vector<int64_t>& adm) {
+    std::sort(adm.begin(), adm.end());
+    rltest::Key one(p);
+    size_t refused = 0;
+    for (int64_t t : adm) refused += !one.allowed(t);
+    return refused;
+}
+
 std::vector<Scenario> scenarios(uint64_t first_seed = 1) {
     std::vector<Scenario> out;
     struct Limit {
@@ -598,11 +608,8 @@ TEST(SyncSim, LeaseNeverOvershoots) {
         Sim sim(sc, true);
         std::vector<int64_t> adm = sim.run(arrivals);
         EXPECT_EQ(sim.refused_replies_, 0) << sc.name() << ": a genuine reply refused (" << sim.first_fault_ << ")";
-        std::sort(adm.begin(), adm.end());
         // Zero overshoot: one limiter, given the cluster's admissions at their times, allows each.
-        rltest::Key one(sc.p);
-        size_t refused = 0;
-        for (int64_t t : adm) refused += !one.allowed(t);
+        size_t refused = beyond_one_limiter(sc.p, adm);
         ASSERT_EQ(refused, 0u) << sc.name() << ": " << refused << " of " << adm.size() << " admissions beyond one limiter";
         ASSERT_LE(overshoot(sc.p, adm), 0) << sc.name();
         int64_t ref = reference_admitted(sc.p, arrivals);
@@ -656,10 +663,7 @@ TEST(SyncSim, SharesNeverOvershoot) {
         Sim sim(sc, Mode::shares, f);
         std::vector<int64_t> adm = sim.run(arrivals);
         EXPECT_EQ(sim.refused_replies_, 0) << sc.name() << ": a genuine reply refused (" << sim.first_fault_ << ")";
-        std::sort(adm.begin(), adm.end());
-        rltest::Key one(sc.p);
-        size_t refused = 0;
-        for (int64_t t : adm) refused += !one.allowed(t);
+        size_t refused = beyond_one_limiter(sc.p, adm);
         ASSERT_EQ(refused, 0u) << sc.name() << " loss " << f.loss << " skew " << f.skew << ": " << refused << " of "
                                << adm.size() << " admissions beyond one limiter";
         int64_t ref = reference_admitted(sc.p, arrivals);
@@ -711,10 +715,7 @@ TEST(SyncSim, SharesLateRepliesNeverOvershoot) {
             faults.loss = 0.3;
             Sim sim(sc, Mode::shares, faults);
             std::vector<int64_t> adm = sim.run(arrivals);
-            std::sort(adm.begin(), adm.end());
-            rltest::Key one(sc.p);
-            size_t refused = 0;
-            for (int64_t t : adm) refused += !one.allowed(t);
+            size_t refused = beyond_one_limiter(sc.p, adm);
             EXPECT_EQ(refused, 0u) << "seed " << sc.seed << " " << sc.name() << ": " << refused << " of " << adm.size()
                                    << " admissions beyond one limiter";
         }
@@ -746,10 +747,7 @@ TEST(SyncSim, SharesGiveBackOnlyUnitsHeld) {
     for (int k = 0; k < 15; k++) arrivals[2].push_back(give_back + 3 * kMs);
     Sim sim(sc, Mode::shares);
     std::vector<int64_t> adm = sim.run(arrivals);
-    std::sort(adm.begin(), adm.end());
-    rltest::Key one(sc.p);
-    size_t refused = 0;
-    for (int64_t t : adm) refused += !one.allowed(t);
+    size_t refused = beyond_one_limiter(sc.p, adm);
     EXPECT_EQ(refused, 0u) << refused << " of " << adm.size() << " admissions beyond one limiter (give-back round at +"
                            << (give_back - kStart) / kMs << " ms)";
 }
@@ -787,10 +785,7 @@ TEST(SyncSim, SharesNeedTheirGuard) {
             f.guard = guard;  // none, then the engine's (skew + 1 ms)
             Sim sim(sc, Mode::shares, f);
             std::vector<int64_t> adm = sim.run(arrivals);
-            std::sort(adm.begin(), adm.end());
-            rltest::Key one(sc.p);
-            size_t over = 0;
-            for (int64_t t : adm) over += !one.allowed(t);
+            size_t over = beyond_one_limiter(sc.p, adm);
             if (guard == 0) {
                 overshot += over > 0;
                 runs++;
@@ -840,10 +835,7 @@ TEST(SyncSim, SharesTable) {
                 for (int m = 0; m < 2; m++) {
                     Sim sim(sc, m == 0 ? Mode::lease : Mode::shares);
                     std::vector<int64_t> adm = sim.run(arrivals);
-                    std::sort(adm.begin(), adm.end());
-                    rltest::Key one(sc.p);
-                    size_t over = 0;
-                    for (int64_t t : adm) over += !one.allowed(t);
+                    size_t over = beyond_one_limiter(sc.p, adm);
                     EXPECT_EQ(over, 0u) << r.name << " " << arrivals_name(k) << (m ? " shares" : " lease");
                     under[m] = 100.0 * (1.0 - static_cast<double>(adm.size()) / static_cast<double>(ref));
                     calls[m] = 1000.0 * static_cast<double>(sim.calls_) / static_cast<double>(offered);
