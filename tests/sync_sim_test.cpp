@@ -317,6 +317,11 @@ class Sim {
         // More than the capacity never fits: those beyond it wait for the surplus with the next.
         it.need = std::min(h.pending, sc_.p.capacity());
         it.want = h.pending + want_of(h, t);
+        send_ask(h, host, it, t);
+    }
+
+    // An ask for the requests of this instant: those beyond its need wait for the surplus.
+    void send_ask(Host& h, int host, const rl::SyncItem& it, int64_t t) {
         h.waiting += h.pending - it.need;
         h.pending = 0;
         h.asking++;
@@ -426,10 +431,7 @@ class Sim {
         it.share = cold ? rl::share_cold_ask(sc_.p, epoch_, sc_.hosts, ht) : rl::share_draw_ask(epoch_);
         it.want = rl::share_units_wanted(it.share);  // units wanted in its new bucket
         if (cold) h.asks.asked_more = rl::window_start(ht, epoch_);
-        h.waiting += h.pending - it.need;
-        h.pending = 0;
-        h.asking++;
-        send(host, it, t);
+        send_ask(h, host, it, t);
     }
 
     void share_round(Host& h, int host, int64_t t) {
