@@ -2,7 +2,7 @@
 # with $(CC) $(CFLAGS), and gcc rejects -std=c++17 for C files (an error under -Werror), so
 # the standard is given to this module's C++ objects alone, as make target variables. nginx
 # puts an addon's object in addon/<its folder's name>/, so no two folders share a name.
-for rl_src in "$ngx_addon_dir"/src/core/*.cpp "$ngx_addon_dir"/src/ngx/*.cpp "$ngx_addon_dir"/src/ngx/*/*.cpp; do
+for rl_src in $rl_srcs; do
     rl_obj=`dirname "$rl_src"`
     rl_obj="$NGX_OBJS/addon/`basename "$rl_obj"`/`basename "$rl_src" .cpp`.$ngx_objext"
     echo "$rl_obj: CFLAGS += -std=c++17" >> "$NGX_MAKEFILE"

@@ -61,7 +61,7 @@ for my $m (@modes) {
     }
     if ($m eq 'lease') {
         # hot key of a bucket whose rate refills it within two intervals (r 2T >= C): its lease
-        # is a share of the rate and of the burst (src/core/share.h)
+        # is a share of the rate and of the burst (src/core/reconcile/share.h)
         zone(name => "hs_lease_$_", algo => $_, mode => $m, requests => 100, period => 1, burst => 19)
           for qw(gcra token leaky);
     }
@@ -155,7 +155,7 @@ sub statuses_ok {
     for my $z (@nz) {
         if ($z->{mode} eq 'lease' && is_bucket($z)) {
             # Unspent units below another host's grant are not given back: they drain at the
-            # limit's rate (src/core/sync.h, give_back). What was admitted is there all the same.
+            # limit's rate (src/core/reconcile/sync.h, give_back). What was admitted is there all the same.
             my (undef, $got) = settle($redis, $z, 120, extra => 1e9, timeout => 3);
             cmp_ok($got, '>=', 120, "not lost, $z->{algo} lease: 120 admitted on 2 hosts, the global state holds them");
             note("not lost, $z->{algo} lease: the global state holds $got units: " . ($got - 120)
@@ -205,7 +205,7 @@ sub statuses_ok {
     cmp_ok($got{u_shm}, '>=', 150, 'one host below the limit: the shared-memory control admits (nearly) all');
     cmp_ok($got{u_lease}, '>=', $got{u_shm} - 2, 'one host below the limit, lease: admitted as in shared memory');
     # Known and documented (README, "Sharing a limit"): a delta is poured at its last admission
-    # (src/core/sync.h apply_delta: what keeps the optimistic bound), after a whole interval of
+    # (src/core/reconcile/sync.h apply_delta: what keeps the optimistic bound), after a whole interval of
     # drain, so the view after a sync holds ~0.8 r T = 8 units, over this bucket's 5: the host
     # rejects some of its own requests after each sync. Measured, not asserted:
     note("optimistic with burst + 1 < r T admitted $got{u_optimistic} of $got{u_shm}");

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "core/decide.h"
+#include "core/algo/decide.h"
 
 namespace rltest {
 

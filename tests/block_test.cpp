@@ -1,10 +1,10 @@
-// Block after abuse (core/block.h): the decisions while a block holds, when one starts, and
+// Block after abuse (core/algo/block.h): the decisions while a block holds, when one starts, and
 // the Retry-After a starting block announces.
 #include <gtest/gtest.h>
 
 #include "algo_test_util.h"
-#include "core/block.h"
-#include "core/decide.h"
+#include "core/algo/block.h"
+#include "core/algo/decide.h"
 
 namespace {
 

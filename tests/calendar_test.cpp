@@ -5,8 +5,8 @@
 #include <date/date.h>
 
 #include "algo_test_util.h"
-#include "core/calendar.h"
-#include "core/refund.h"
+#include "core/algo/calendar.h"
+#include "core/algo/refund.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // rl::client_prefix_v4/v6 (ratelimit_client_prefix): the address cut to its prefix, the bits
 // beyond it zeroed; an IPv4-mapped IPv6 address is its IPv4 client.
-#include "core/client_prefix.h"
+#include "core/keys/client_prefix.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

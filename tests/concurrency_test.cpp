@@ -1,9 +1,9 @@
-// In-flight slots: the decision and who holds them (src/core/concurrency.h).
+// In-flight slots: the decision and who holds them (src/core/algo/concurrency.h).
 #include <gtest/gtest.h>
 
-#include "core/concurrency.h"
-#include "core/decide.h"
-#include "core/refund.h"
+#include "core/algo/concurrency.h"
+#include "core/algo/decide.h"
+#include "core/algo/refund.h"
 
 namespace {
 

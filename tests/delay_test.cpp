@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "algo_test_util.h"
-#include "core/delay.h"
-#include "core/exact_math.h"
-#include "core/sync.h"
+#include "core/algo/delay.h"
+#include "core/algo/exact_math.h"
+#include "core/reconcile/sync.h"
 
 namespace {
 

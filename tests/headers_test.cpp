@@ -1,6 +1,6 @@
 // Response header values: rounding of seconds, RFC 9651 strings, RateLimit(-Policy) lists,
 // and the buffer bound the writers rely on.
-#include "core/headers.h"
+#include "core/text/headers.h"
 
 #include <gtest/gtest.h>
 

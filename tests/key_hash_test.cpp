@@ -1,5 +1,5 @@
 // SipHash-2-4-128 of limit keys: the published test vectors and the properties the table needs.
-#include "core/key_hash.h"
+#include "core/keys/key_hash.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/metrics_format.h"
+#include "core/text/metrics_format.h"
 
 #include <gtest/gtest.h>
 

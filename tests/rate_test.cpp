@@ -1,7 +1,7 @@
 // Configuration numbers: rates, durations, bounded integers, and algorithm names.
-#include "core/algorithm.h"
-#include "core/policy.h"
-#include "core/rate.h"
+#include "core/algo/algorithm.h"
+#include "core/algo/policy.h"
+#include "core/text/rate.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The RESP the client sends (exact bytes, and the two passes agree) and the decoding of the
 // script's reply. That the script accepts these commands is shown by redis_diff_test.cpp.
-#include "core/redis_command.h"
+#include "core/wire/redis_command.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 
 #include "algo_test_util.h"
 #include "packed_doubles.h"
-#include "core/block.h"
-#include "core/redis_script.h"
+#include "core/algo/block.h"
+#include "core/wire/redis_script.h"
 
 namespace {
 

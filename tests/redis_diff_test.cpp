@@ -21,14 +21,14 @@
 
 #include "algo_test_util.h"
 #include "packed_doubles.h"
-#include "core/block.h"
-#include "core/concurrency.h"
-#include "core/exact_math.h"
-#include "core/redis_command.h"
-#include "core/redis_keys.h"
-#include "core/redis_script.h"
-#include "core/refund.h"
-#include "core/settle.h"
+#include "core/algo/block.h"
+#include "core/algo/concurrency.h"
+#include "core/algo/exact_math.h"
+#include "core/wire/redis_command.h"
+#include "core/wire/redis_keys.h"
+#include "core/wire/redis_script.h"
+#include "core/algo/refund.h"
+#include "core/algo/settle.h"
 #include "redis_lua_server.h"
 
 namespace rl {

@@ -1,4 +1,4 @@
-#include "core/redis_info.h"
+#include "core/wire/redis_info.h"
 
 #include <gtest/gtest.h>
 

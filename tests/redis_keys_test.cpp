@@ -1,6 +1,6 @@
 // Redis key layout and Redis Cluster slots: the published CRC16 and CLUSTER KEYSLOT values,
 // then a real redis-server in cluster mode on hundreds of generated keys.
-#include "core/redis_keys.h"
+#include "core/wire/redis_keys.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "core/redis_script.h"
+#include "core/wire/redis_script.h"
 #include "redis_test_server.h"
 
 namespace rltest {

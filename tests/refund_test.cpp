@@ -1,6 +1,6 @@
 // rl::refund: undoing an admission gives back what it took, as far as time allows, and never
 // more. (The script's refund mode is compared with it in redis_diff_test.cpp.)
-#include "core/refund.h"
+#include "core/algo/refund.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-// Rejections remembered (src/core/rejected.h) and the table lookup they use.
+// Rejections remembered (src/core/keys/rejected.h) and the table lookup they use.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "core/concurrency.h"
-#include "core/rejected.h"
-#include "core/slot_table.h"
+#include "core/algo/concurrency.h"
+#include "core/keys/rejected.h"
+#include "core/keys/slot_table.h"
 
 namespace {
 

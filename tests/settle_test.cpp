@@ -2,7 +2,7 @@
 // capacity, never further; later requests wait for the debt, with an exact retry; a request
 // of quantity 0 with settle= needs room for one unit and takes none. (The script's charge mode
 // is compared with them in redis_diff_test.cpp.)
-#include "core/settle.h"
+#include "core/algo/settle.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // SHA-1 against the FIPS 180 examples and lengths around the padding boundaries (the script's
 // SHA-1 against Redis's own SCRIPT LOAD is checked in redis_diff_test.cpp).
-#include "core/sha1.h"
+#include "core/wire/sha1.h"
 
 #include <gtest/gtest.h>
 

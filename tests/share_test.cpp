@@ -1,11 +1,11 @@
-// Bucket leases as shares (core/share.h): Redis's book and pool, the host's bucket.
+// Bucket leases as shares (core/reconcile/share.h): Redis's book and pool, the host's bucket.
 #include <gtest/gtest.h>
 
 #include "algo_test_util.h"
-#include "core/exact_math.h"
-#include "core/share.h"
-#include "core/sync.h"
-#include "core/sync_command.h"
+#include "core/algo/exact_math.h"
+#include "core/reconcile/share.h"
+#include "core/reconcile/sync.h"
+#include "core/reconcile/sync_command.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The shared-memory slot table: lookup, exact LRU eviction, layout bounds.
-#include "core/key_hash.h"
-#include "core/slot_table.h"
+#include "core/keys/key_hash.h"
+#include "core/keys/slot_table.h"
 
 #include <gtest/gtest.h>
 

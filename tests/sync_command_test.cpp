@@ -1,6 +1,6 @@
 // The RESP of sync calls (exact bytes, two passes agree, bound) and the decoding of their
 // replies. That the script accepts them is shown by sync_diff_test.cpp.
-#include "core/sync_command.h"
+#include "core/reconcile/sync_command.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 
 #include "algo_test_util.h"
 #include "packed_doubles.h"
-#include "core/redis_keys.h"
-#include "core/redis_script.h"
+#include "core/wire/redis_keys.h"
+#include "core/wire/redis_script.h"
 
 namespace {
 

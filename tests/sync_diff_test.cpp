@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "algo_test_util.h"
-#include "core/exact_math.h"
-#include "core/redis_keys.h"
-#include "core/redis_script.h"
-#include "core/sync_command.h"
+#include "core/algo/exact_math.h"
+#include "core/wire/redis_keys.h"
+#include "core/wire/redis_script.h"
+#include "core/reconcile/sync_command.h"
 #include "redis_lua_server.h"
 
 namespace {

@@ -1,7 +1,7 @@
-// What a sync reply may say (src/core/sync_reply.h, issue 23): the rule, the clock, a key's
+// What a sync reply may say (src/core/reconcile/sync_reply.h, issue 23): the rule, the clock, a key's
 // handling of a refused reply, the refresh of a rejecting view, and the clamp of a delta's
 // time on Redis's side (sync_key).
-#include "core/sync_reply.h"
+#include "core/reconcile/sync_reply.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <random>
 
 #include "algo_test_util.h"
-#include "core/decide.h"
-#include "core/exact_math.h"
+#include "core/algo/decide.h"
+#include "core/algo/exact_math.h"
 
 namespace {
 

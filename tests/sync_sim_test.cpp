@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "algo_test_util.h"
-#include "core/exact_math.h"
-#include "core/sync_command.h"
-#include "core/sync_reply.h"
+#include "core/algo/exact_math.h"
+#include "core/reconcile/sync_command.h"
+#include "core/reconcile/sync_reply.h"
 
 namespace {
 

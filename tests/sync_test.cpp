@@ -1,6 +1,6 @@
-// The pure functions of sync zones (src/core/sync.h): deltas recorded and merged, deltas added
+// The pure functions of sync zones (src/core/reconcile/sync.h): deltas recorded and merged, deltas added
 // to states (never overwriting, nothing lost, debts kept), grants and leases.
-#include "core/sync.h"
+#include "core/reconcile/sync.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "algo_test_util.h"
-#include "core/exact_math.h"
+#include "core/algo/exact_math.h"
 
 namespace {
 

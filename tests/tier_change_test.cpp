@@ -6,7 +6,7 @@
 #include <random>
 
 #include "algo_test_util.h"
-#include "core/exact_math.h"
+#include "core/algo/exact_math.h"
 
 namespace {
 

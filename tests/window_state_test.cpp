@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "algo_test_util.h"
-#include "core/refund.h"
-#include "core/sync.h"
+#include "core/algo/refund.h"
+#include "core/reconcile/sync.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 // verdict: on_error, status, the delay, the log line and the metrics.
 #include "ngx/access.h"
 
-#include "core/block.h"
-#include "core/rate.h"
+#include "core/algo/block.h"
+#include "core/text/rate.h"
 
 #include "ngx/delay.h"
 #include "ngx/metrics.h"

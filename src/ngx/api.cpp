@@ -10,10 +10,10 @@
 // a check beyond any capacity rejects), the request waiting without blocking the worker.
 #include "ngx/api.h"
 
-#include "core/block.h"
-#include "core/redis_command.h"
-#include "core/redis_keys.h"
-#include "core/rejected.h"
+#include "core/algo/block.h"
+#include "core/wire/redis_command.h"
+#include "core/wire/redis_keys.h"
+#include "core/keys/rejected.h"
 #include "ngx/redis/cluster.h"
 #include "ngx/redis/held.h"
 #include "ngx/redis/node.h"

@@ -1,8 +1,8 @@
 // ratelimit_client_prefix [ipv4=N] [ipv6=M] and $ratelimit_client_prefix.
 #include "ngx/client_prefix.h"
 
-#include "core/client_prefix.h"
-#include "core/rate.h"
+#include "core/keys/client_prefix.h"
+#include "core/text/rate.h"
 
 char* rl_client_prefix_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* lcf = static_cast<rl_loc_conf_t*>(conf);

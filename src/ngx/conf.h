@@ -4,8 +4,8 @@
 
 #include "ngx/ngx_include.h"
 
-#include "core/policy.h"
-#include "core/slot_table.h"
+#include "core/algo/policy.h"
+#include "core/keys/slot_table.h"
 
 #include <string_view>
 
@@ -120,7 +120,7 @@ struct rl_applied_t {
     rl_zone_t* zone;
     const rl_limit_t* limit;
     rl::Policy policy;  // with a variable rate or burst: what applies when their values do not
-    rl::Policy debt;    // with settle=: the policy's debt policy (core/settle.h), found once
+    rl::Policy debt;    // with settle=: the policy's debt policy (core/algo/settle.h), found once
     bool tiered;        // its rate or burst comes from a variable: a policy per request (tier.cpp)
 };
 

@@ -1,4 +1,4 @@
-// Shaping: a request its limits admitted with a delay (delay=, see core/delay.h) waits on a
+// Shaping: a request its limits admitted with a delay (delay=, see core/algo/delay.h) waits on a
 // timer before its next phase, as limit_req's delayed requests do: the worker goes on serving
 // others. The timer is on the connection's write event, not cancelable, so a graceful stop
 // lets the request finish. A client that closes the connection meanwhile ends the request
@@ -7,7 +7,7 @@
 
 #include "ngx/store.h"
 
-#include "core/delay.h"
+#include "core/algo/delay.h"
 
 namespace {
 

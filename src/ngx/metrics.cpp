@@ -2,9 +2,9 @@
 // reload) and the location handler that writes them in the Prometheus text format.
 #include "ngx/metrics.h"
 
-#include "core/block.h"
-#include "core/metrics_format.h"
-#include "core/redis_command.h"
+#include "core/algo/block.h"
+#include "core/text/metrics_format.h"
+#include "core/wire/redis_command.h"
 #include "ngx/request.h"
 #include "ngx/redis/conf.h"
 #include "ngx/sync/layout.h"

@@ -30,7 +30,7 @@ enum rl_redis_error_e {
     RL_REDIS_ERR_PROTOCOL,     // a reply that is not RESP or not what was asked for
     RL_REDIS_ERR_ERROR_REPLY,  // an error reply (the handshake's, a script's)
     RL_REDIS_ERR_OVERFLOW,     // max_pending reached
-    RL_REDIS_ERR_BOUNDS,       // a sync reply outside what the policy allows (core/sync_reply.h), refused
+    RL_REDIS_ERR_BOUNDS,       // a sync reply outside what the policy allows (core/reconcile/sync_reply.h), refused
     RL_REDIS_ERR_TLS,          // a TLS handshake failed, or the server's certificate was refused
     RL_REDIS_ERR_N,
     RL_REDIS_ERR_NONE = RL_REDIS_ERR_N,  // not counted (out of memory)

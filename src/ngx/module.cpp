@@ -12,9 +12,9 @@
 #include "ngx/variables.h"
 #include "ngx/zone.h"
 
-#include "core/headers.h"
-#include "core/rate.h"
-#include "core/settle.h"
+#include "core/text/headers.h"
+#include "core/text/rate.h"
+#include "core/algo/settle.h"
 
 #include <cstdarg>
 

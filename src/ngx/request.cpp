@@ -3,9 +3,9 @@
 // its own), and so that every store's wait ends when the request goes away.
 #include "ngx/request.h"
 
-#include "core/log_text.h"
-#include "core/rate.h"
-#include "core/settle.h"
+#include "core/text/log_text.h"
+#include "core/text/rate.h"
+#include "core/algo/settle.h"
 #include "ngx/metrics.h"
 #include "ngx/store.h"
 #include "ngx/tier.h"

@@ -4,8 +4,8 @@
 
 #include "ngx/conf.h"
 
-#include "core/decide.h"
-#include "core/key_hash.h"
+#include "core/algo/decide.h"
+#include "core/keys/key_hash.h"
 
 // Where a result was decided.
 enum rl_store_e : uint8_t {

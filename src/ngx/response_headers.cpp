@@ -4,7 +4,7 @@
 
 #include "ngx/request.h"
 
-#include "core/headers.h"
+#include "core/text/headers.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 
 #include "ngx/conf.h"
 
-#include "core/headers.h"
+#include "core/text/headers.h"
 
 ngx_int_t rl_header_filter_init(ngx_conf_t* cf) noexcept;
 // A limit as RateLimit-Policy names it: zone name, quota and window (no state).

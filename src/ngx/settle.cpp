@@ -1,13 +1,13 @@
 // settle=: a request's real cost, known when it ends (the log phase: its status, upstream
 // headers and trailers, bytes sent are there). The difference from what it was charged when
-// decided goes to each limit's store: charged when more (core/settle.h: as far as the key's
+// decided goes to each limit's store: charged when more (core/algo/settle.h: as far as the key's
 // debt may go), given back when less.
 #include "ngx/settle.h"
 
 #include "ngx/store.h"
 
-#include "core/rate.h"
-#include "core/settle.h"
+#include "core/text/rate.h"
+#include "core/algo/settle.h"
 
 namespace {
 

@@ -13,7 +13,7 @@
 
 #include "ngx/request.h"
 
-#include "core/settle.h"
+#include "core/algo/settle.h"
 
 struct rl_store_t {
     const char* name;
@@ -36,7 +36,7 @@ struct rl_store_t {
     void (*refund)(rl_result_t& res, rl::Slot* slot, int64_t now);
     // settle.cpp: the request's real cost is known (its response is over) and is more than it
     // was charged: charge res.delta more units, past the limit as far as its debt may go
-    // (core/settle.h). (Less: `refund` gives back the difference.)
+    // (core/algo/settle.h). (Less: `refund` gives back the difference.)
     void (*settle)(rl_result_t& res, rl::Slot* slot, int64_t now);
 
     // The waits. Each returns the number of waits started (0: nothing to wait for).
@@ -66,7 +66,7 @@ inline const rl_store_t* rl_store_of(const rl_result_t& res) {
     return res.store == RL_STORE_LOCAL ? res.applied->zone->local : res.applied->zone->store;
 }
 
-// The debt policy a settle's charge is decided on (core/settle.h): found once per limit, or
+// The debt policy a settle's charge is decided on (core/algo/settle.h): found once per limit, or
 // for a tier's policy (per request) now.
 inline rl::Policy rl_debt_of(const rl_result_t& res) {
     if (res.policy != &res.applied->policy) return rl::debt_policy(*res.policy);

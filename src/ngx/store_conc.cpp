@@ -5,8 +5,8 @@
 // worker that dies holding some (SIGKILL, a crash) is found out when the key is next full.
 #include "ngx/store.h"
 
-#include "core/concurrency.h"
-#include "core/refund.h"
+#include "core/algo/concurrency.h"
+#include "core/algo/refund.h"
 #include "ngx/metrics.h"
 
 #include <signal.h>

@@ -3,9 +3,9 @@
 // under the zones' locks, taken in one order so that two requests never wait on each other.
 #include "ngx/store.h"
 
-#include "core/block.h"
-#include "core/refund.h"
-#include "core/settle.h"
+#include "core/algo/block.h"
+#include "core/algo/refund.h"
+#include "core/algo/settle.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 
 #include "ngx/request.h"
 
-#include "core/concurrency.h"
-#include "core/rate.h"
+#include "core/algo/concurrency.h"
+#include "core/text/rate.h"
 
 bool rl_tier_is_variable(ngx_str_t* value) noexcept { return ngx_http_script_variables_count(value) > 0; }
 

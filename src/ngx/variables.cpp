@@ -6,7 +6,7 @@
 #include "ngx/request.h"
 #include "ngx/response_headers.h"
 
-#include "core/headers.h"
+#include "core/text/headers.h"
 
 namespace {
 

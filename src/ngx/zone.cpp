@@ -2,9 +2,9 @@
 // across reloads), whose block starts with the store's own area when it has one.
 #include "ngx/zone.h"
 
-#include "core/concurrency.h"
-#include "core/rate.h"
-#include "core/redis_command.h"
+#include "core/algo/concurrency.h"
+#include "core/text/rate.h"
+#include "core/wire/redis_command.h"
 #include "ngx/redis/conf.h"
 #include "ngx/redis/request.h"
 #include "ngx/store.h"

@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "../redis_test_server.h"
-#include "core/policy.h"
-#include "core/redis_command.h"
-#include "core/redis_script.h"
-#include "core/sha1.h"
+#include "core/algo/policy.h"
+#include "core/wire/redis_command.h"
+#include "core/wire/redis_script.h"
+#include "core/wire/sha1.h"
 
 namespace {
 

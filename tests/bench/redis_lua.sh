@@ -19,9 +19,10 @@ if [[ -n ${BASELINE_REV:-} ]]; then
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     git -C "$ROOT" archive "$BASELINE_REV" src/core | tar -x -C "$tmp"
-    printf '#include "core/redis_script.h"\n#include <cstdio>\nint main() { auto t = rl::script_text(false); fwrite(t.data(), 1, t.size(), stdout); }\n' \
+    inc=$(cd "$tmp/src" && find core -name redis_script.h)  # its place in that revision's tree
+    printf '#include "%s"\n#include <cstdio>\nint main() { auto t = rl::script_text(false); fwrite(t.data(), 1, t.size(), stdout); }\n' "$inc" \
         >"$tmp/dump.cpp"
-    g++ -std=c++17 -O1 -I"$tmp/src" "$tmp/dump.cpp" "$tmp"/src/core/*.cpp -o "$tmp/dump"
+    g++ -std=c++17 -O1 -I"$tmp/src" "$tmp/dump.cpp" $(find "$tmp/src/core" -name "*.cpp") -o "$tmp/dump"
     "$tmp/dump" >"$tmp/baseline.lua"
     extra=(--eval "baseline=$tmp/baseline.lua")
 fi

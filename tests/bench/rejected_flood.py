@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What remembering Redis's rejections (src/core/rejected.h) saves when one client floods one key.
+"""What remembering Redis's rejections (src/core/keys/rejected.h) saves when one client floods one key.
 
     python3 tests/bench/rejected_flood.py        (settings below, in the environment)
 

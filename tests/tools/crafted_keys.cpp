@@ -2,8 +2,8 @@
 // index the module used before it was keyed (low bits of the public-constant SipHash): the
 // hash-flooding test (t/16-hash-flood.t) sends them.
 //   crafted_keys NBUCKETS COUNT [ALGO]
-#include "core/algorithm.h"
-#include "core/key_hash.h"
+#include "core/algo/algorithm.h"
+#include "core/keys/key_hash.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -3,8 +3,8 @@
 // map fresh: about every second, soon after a node fails, and at once after a MOVED.
 #include "ngx/redis/cluster.h"
 
-#include "core/log_text.h"
-#include "core/redis_keys.h"
+#include "core/text/log_text.h"
+#include "core/wire/redis_keys.h"
 
 namespace {
 

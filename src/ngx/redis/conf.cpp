@@ -3,10 +3,10 @@
 // talks to Redis.
 #include "ngx/redis/conf.h"
 
-#include "core/log_text.h"
-#include "core/rate.h"
-#include "core/redis_info.h"
-#include "core/redis_script.h"
+#include "core/text/log_text.h"
+#include "core/text/rate.h"
+#include "core/wire/redis_info.h"
+#include "core/wire/redis_script.h"
 #include "ngx/redis/cluster.h"
 #include "ngx/redis/held.h"
 #include "ngx/redis/node.h"

@@ -5,7 +5,7 @@
 // is opened again after a short backoff.
 #include "ngx/redis/conn.h"
 
-#include "core/log_text.h"
+#include "core/text/log_text.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/tls.h"
 

@@ -1,7 +1,7 @@
 // In-flight slots held in Redis: refreshed while their requests run, given back when they end.
 #include "ngx/redis/held.h"
 
-#include "core/redis_keys.h"
+#include "core/wire/redis_keys.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/resend.h"
 

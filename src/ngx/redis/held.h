@@ -8,7 +8,7 @@
 
 #include "ngx/redis/conf.h"
 
-#include "core/redis_command.h"
+#include "core/wire/redis_command.h"
 
 struct rl_metrics_zone_t;
 

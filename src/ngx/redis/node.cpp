@@ -2,7 +2,7 @@
 // it (the request path, the sync engine).
 #include "ngx/redis/node.h"
 
-#include "core/log_text.h"
+#include "core/text/log_text.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/cluster.h"
 

@@ -7,7 +7,7 @@
 
 #include "ngx/redis/conf.h"
 
-#include "core/redis_command.h"
+#include "core/wire/redis_command.h"
 
 struct rl_redis_node_t {
     rl_conn_t conn;

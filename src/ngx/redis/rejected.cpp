@@ -1,9 +1,9 @@
 // Rejections remembered: one slot per key beside its own in the zone's table, under the zone's
-// lock; the table's hints (core/rejected.h), read without it, spare the lock to keys with none.
+// lock; the table's hints (core/keys/rejected.h), read without it, spare the lock to keys with none.
 #include "ngx/redis/rejected.h"
 
-#include "core/rejected.h"
-#include "core/slot_table.h"
+#include "core/keys/rejected.h"
+#include "core/keys/slot_table.h"
 #include "ngx/redis/conf.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // The per-request Redis store's rejections, remembered in the zone's table until they expire
-// (core/rejected.h): a key Redis rejected is rejected here, with Redis's own answer counted
+// (core/keys/rejected.h): a key Redis rejected is rejected here, with Redis's own answer counted
 // down, without a call, until its Retry-After.
 #pragma once
 

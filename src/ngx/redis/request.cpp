@@ -6,8 +6,8 @@
 #include "ngx/redis/request.h"
 #include "ngx/redis/settle.h"
 
-#include "core/redis_command.h"
-#include "core/redis_keys.h"
+#include "core/wire/redis_command.h"
+#include "core/wire/redis_keys.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/cluster.h"
 #include "ngx/redis/held.h"

@@ -3,8 +3,8 @@
 // follows their answer.
 #include "ngx/redis/sentinel.h"
 
-#include "core/log_text.h"
-#include "core/redis_info.h"
+#include "core/text/log_text.h"
+#include "core/wire/redis_info.h"
 #include "ngx/redis/resolve.h"
 #include "ngx/timer.h"
 

@@ -7,8 +7,8 @@
 // back.
 #include "ngx/redis/settle.h"
 
-#include "core/redis_command.h"
-#include "core/settle.h"
+#include "core/wire/redis_command.h"
+#include "core/algo/settle.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/held.h"
 #include "ngx/redis/request.h"

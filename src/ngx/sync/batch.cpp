@@ -1,15 +1,15 @@
 // A sync zone's batches: the keys of a round (or of one loop turn's lease asks) sent as script
 // calls, per node and, in a cluster, per slot; each reply checked against what the policy
-// allows and applied to the keys under the zone's lock (core/sync_reply.h). A call whose reply
+// allows and applied to the keys under the zone's lock (core/reconcile/sync_reply.h). A call whose reply
 // is lost or refused is sent again with its id, for kRlSyncResendFor at most: the script
 // replays the reply of a call that ran, so it is applied once. A call that cannot be sent, or
 // still fails after that, puts its keys back: a reply lost for longer after Redis applied the
 // call counts its delta once more.
 #include "ngx/sync/engine.h"
 
-#include "core/redis_keys.h"
-#include "core/sync_command.h"
-#include "core/sync_reply.h"
+#include "core/wire/redis_keys.h"
+#include "core/reconcile/sync_command.h"
+#include "core/reconcile/sync_reply.h"
 #include "ngx/metrics.h"
 #include "ngx/redis/cluster.h"
 

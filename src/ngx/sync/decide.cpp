@@ -3,10 +3,10 @@
 // the units Redis granted the host, and wait for a grant when they run out.
 #include "ngx/sync/engine.h"
 
-#include "core/decide.h"
-#include "core/refund.h"
-#include "core/settle.h"
-#include "core/sync_reply.h"
+#include "core/algo/decide.h"
+#include "core/algo/refund.h"
+#include "core/algo/settle.h"
+#include "core/reconcile/sync_reply.h"
 
 namespace {
 
@@ -34,7 +34,7 @@ bool unavailable(const rl_zone_t* zone) {
     return h->down || static_cast<ngx_msec_int_t>(ngx_current_msec - h->last_ok) > static_cast<ngx_msec_int_t>(stale);
 }
 
-// Lease on a bucket: the host's own bucket of its share (core/share.h). A key without a share
+// Lease on a bucket: the host's own bucket of its share (core/reconcile/share.h). A key without a share
 // for the current epoch waits for one (one round trip); one whose bucket is empty waits for
 // units from the pool, unless the pool was dry this epoch: then it is rejected here, with no
 // Redis call. Decided on share_available under this lock; sync_commit takes.

@@ -7,7 +7,7 @@
 #include "ngx/sync/layout.h"
 #include "ngx/sync/sync.h"
 
-#include "core/sync_command.h"
+#include "core/reconcile/sync_command.h"
 
 constexpr size_t kRlSyncItemsPerCall = 128;  // keys per script run: bounds its reply and its time in Redis
 constexpr int64_t kRlStaleAsk = 1000000;     // an ask in flight for longer is given up on (us)

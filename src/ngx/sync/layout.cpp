@@ -1,7 +1,7 @@
 // A sync zone's area in its shared memory: laid out once, found again after a reload.
 #include "ngx/sync/layout.h"
 
-#include "core/log_text.h"
+#include "core/text/log_text.h"
 
 #include <sys/random.h>
 #include <unistd.h>

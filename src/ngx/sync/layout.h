@@ -5,16 +5,16 @@
 
 #include "ngx/conf.h"
 
-#include "core/exact_math.h"
-#include "core/share.h"
-#include "core/sync.h"
+#include "core/algo/exact_math.h"
+#include "core/reconcile/share.h"
+#include "core/reconcile/sync.h"
 
 // Per key, after its Slot (in the slot's ring area).
 struct rl_sync_key_t {
     rl::Delta unsent;     // optimistic (and lease while Redis is away): admitted since the last send
     union {
         rl::Lease lease;      // lease on a window (or a bucket that cannot be shared): units granted
-        rl::HostShare share;  // lease on a bucket: its shares and its own bucket (core/share.h)
+        rl::HostShare share;  // lease on a bucket: its shares and its own bucket (core/reconcile/share.h)
     };
     rl::ShareAsks asks;   // lease on a bucket: what it asked lately
     int64_t burst;        // the burst of its last admission: which policy the key runs under
@@ -40,7 +40,7 @@ struct rl_sync_shm_t {
     uint32_t down;           // the last reconciliation failed: decisions report ERROR
     int64_t offset_us;       // Redis's clock - this host's CLOCK_REALTIME
     int64_t clock_candidate; // a larger step of Redis's clock, seen in clock_seen replies in a row
-    int64_t clock_seen;      //   (core/sync_reply.h, accept_clock)
+    int64_t clock_seen;      //   (core/reconcile/sync_reply.h, accept_clock)
     uint64_t next_sync_at;   // ngx_current_msec (CLOCK_MONOTONIC: the same in every worker)
     uint64_t syncing_since;  // a round is in flight since then (0: none)
     int64_t syncing_pid;
@@ -74,7 +74,7 @@ inline void rl_sync_mark(rl_sync_shm_t* h, uint32_t ref) {
 // The zone's clock: CLOCK_REALTIME + the offset measured at the last sync (zone locked).
 inline int64_t rl_sync_now(const rl_zone_t* zone, int64_t local_now) { return local_now + zone->sync_shm->offset_us; }
 
-// Lease on a bucket: whether its keys hold shares (core/share.h), epochs of two intervals, and
+// Lease on a bucket: whether its keys hold shares (core/reconcile/share.h), epochs of two intervals, and
 // the guard around their boundaries (the clock's error).
 inline int64_t rl_sync_epoch_us(const rl_zone_t* zone) { return 2 * zone->sync_us; }
 // Shares where the rate refills the bucket within an epoch (r * 2T >= burst + 1): there a count

@@ -5,8 +5,8 @@
 // that counts the hosts. An exiting worker sends what is unsent and waits for the reply.
 #include "ngx/sync/engine.h"
 
-#include "core/redis_keys.h"
-#include "core/sync_command.h"
+#include "core/wire/redis_keys.h"
+#include "core/reconcile/sync_command.h"
 #include "ngx/redis/cluster.h"
 
 rl_sync_zone_t** rl_sync_zones;

@@ -54,7 +54,7 @@ sub zone_line {
 
 sub _gcd { my ($a, $b) = @_; ($a, $b) = ($b, $a % $b) while $b; return $a }
 
-# The policy's integers as src/core/policy.cpp derives them.
+# The policy's integers as src/core/algo/policy.cpp derives them.
 sub _policy {
     my ($z) = @_;
     my $p = int($z->{period} * 1e6 + 0.5);
