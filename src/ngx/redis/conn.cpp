@@ -6,7 +6,7 @@
 #include "ngx/redis/conn.h"
 
 #include "core/text/log_text.h"
-#include "ngx/metrics.h"
+#include "ngx/metrics/metrics.h"
 #include "ngx/redis/tls.h"
 
 #include <cstdarg>

@@ -3,7 +3,7 @@
 #include "ngx/redis/node.h"
 
 #include "core/text/log_text.h"
-#include "ngx/metrics.h"
+#include "ngx/metrics/metrics.h"
 #include "ngx/redis/cluster.h"
 
 namespace {

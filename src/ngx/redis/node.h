@@ -5,7 +5,7 @@
 // cap on retries are written once.
 #pragma once
 
-#include "ngx/redis/conf.h"
+#include "ngx/redis/redis.h"
 
 #include "core/wire/redis_command.h"
 

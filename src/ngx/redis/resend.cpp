@@ -1,7 +1,7 @@
 // A command that follows Redis's redirections (resend.h).
 #include "ngx/redis/resend.h"
 
-#include "ngx/metrics.h"
+#include "ngx/metrics/metrics.h"
 #include "ngx/redis/cluster.h"
 
 namespace {

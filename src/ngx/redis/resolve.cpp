@@ -2,7 +2,7 @@
 // timer; the answer that still holds the current address keeps it, another one moves it.
 #include "ngx/redis/resolve.h"
 
-#include "ngx/timer.h"
+#include "ngx/base/timer.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 // failed answer keeps the last good address; a new one moves the connection there.
 #pragma once
 
-#include "ngx/redis/conf.h"
+#include "ngx/redis/redis.h"
 
 bool rl_resolve_init(rl_redis_t* redis) noexcept;
 // Watches `conn`, configured as host:port (a name), from now on.

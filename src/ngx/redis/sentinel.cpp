@@ -6,7 +6,7 @@
 #include "core/text/log_text.h"
 #include "core/wire/redis_info.h"
 #include "ngx/redis/resolve.h"
-#include "ngx/timer.h"
+#include "ngx/base/timer.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include "core/wire/redis_keys.h"
 #include "core/reconcile/sync_command.h"
 #include "core/reconcile/sync_reply.h"
-#include "ngx/metrics.h"
+#include "ngx/metrics/metrics.h"
 #include "ngx/redis/cluster.h"
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // sent to Redis, the flags a request's results carry). Not for use outside src/ngx/sync/.
 #pragma once
 
-#include "ngx/array.h"
+#include "ngx/base/array.h"
 #include "ngx/redis/node.h"
 #include "ngx/sync/layout.h"
 #include "ngx/sync/sync.h"

@@ -8,7 +8,7 @@
 //   round.cpp      the rounds, heartbeats and ticks of each worker
 #pragma once
 
-#include "ngx/store.h"
+#include "ngx/stores/store.h"
 
 extern const rl_store_t rl_sync_optimistic_store;
 extern const rl_store_t rl_sync_lease_store;

@@ -1,6 +1,0 @@
-// The pre-access phase handler (access.cpp).
-#pragma once
-
-#include "ngx/request.h"
-
-ngx_int_t rl_access_handler(ngx_http_request_t* r) noexcept;
