@@ -422,6 +422,20 @@ TEST(RedisCommand, DecodeReply) {
 }  // namespace
 
 // The request path sizes its buffer with batch_command_bound: it must never be short.
+TEST(RedisCommand, ResetDeletesEveryAlgorithmsKeyAndItsBlock) {
+    const rl::KeyHash h{0x2, 0x1};
+    size_t len = rl::reset_command(nullptr, "rl:", "api", h);
+    std::string buf(len, '?');
+    ASSERT_EQ(rl::reset_command(buf.data(), "rl:", "api", h), len);
+    std::string want = "*15\r\n$3\r\nDEL\r\n";
+    for (const char* algo : {"gcra", "token", "leaky", "sliding", "fixed", "log", "concurrency"}) {
+        std::string key = std::string("rl:{api:00000000000000010000000000000002}:") + algo;
+        want += "$" + std::to_string(key.size()) + "\r\n" + key + "\r\n";
+        want += "$" + std::to_string(key.size() + 6) + "\r\n" + key + ":block\r\n";
+    }
+    EXPECT_EQ(buf, want);
+}
+
 TEST(RedisCommandBound, NeverBelowTheExactLength) {
     std::mt19937_64 rng(77);
     std::vector<rl::Policy> policies;

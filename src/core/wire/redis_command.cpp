@@ -171,6 +171,24 @@ size_t write_refresh_command(char* buf, std::string_view prefix, const RedisChec
     return n > 0 ? refresh_command(buf, prefix, checks, n, score_us) : 0;
 }
 
+size_t reset_command(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& hash) noexcept {
+    static constexpr std::string_view kBlock = ":block";
+    constexpr int kAlgos = static_cast<int>(Algo::concurrency) + 1;
+    Resp r(buf);
+    r.array(1 + 2 * kAlgos);
+    r.bulk("DEL");
+    for (int a = 0; a < kAlgos; a++) {
+        auto algo = static_cast<Algo>(a);
+        r.bulk_key(prefix, zone, hash, algo);
+        size_t len = redis_key_len(prefix, zone, algo);
+        r.bulk_written(len + kBlock.size(), [&](char* at) {
+            redis_key(at, prefix, zone, hash, algo);
+            std::memcpy(at + len, kBlock.data(), kBlock.size());
+        });
+    }
+    return r.size();
+}
+
 size_t batch_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisGroup* groups,
                          size_t ngroups, int64_t now_us) noexcept {
     return script_command(nullptr, "decide", script, injected_time, prefix, groups, ngroups, now_us);

@@ -220,6 +220,11 @@ size_t refresh_command_len(std::string_view prefix, const RedisCheck* checks, si
 size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
                              int64_t score_us) noexcept;
 
+// A key's reset (the API's DELETE): DEL of every algorithm's key of `hash` in `zone` and of its
+// block (redis_key + ":block"), in one hash tag, so one cluster slot. Writes into buf, or only
+// measures when buf is null; reply: an integer, the keys deleted.
+size_t reset_command(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& hash) noexcept;
+
 // Reads the reply of a one-group call (already parsed into its n integers) into
 // out[0..nchecks), as decode_batch_reply does. The call admitted the request iff
 // values[0] == 1, which is iff every out[i].allowed.

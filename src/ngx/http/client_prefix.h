@@ -2,7 +2,7 @@
 // client address, after realip, cut to the prefix in binary, for a zone's key=.
 #pragma once
 
-#include "ngx/limits/conf.h"
+#include "ngx/http/conf.h"
 
 char* rl_client_prefix_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 // At merge: a level without the directive takes its parent's, both lengths together.

@@ -2,7 +2,7 @@
 // of a main request that a limit applied to, allowed or rejected.
 #include "ngx/http/headers.h"
 
-#include "ngx/limits/ctx.h"
+#include "ngx/http/request.h"
 
 #include "core/text/headers.h"
 
@@ -50,7 +50,7 @@ bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
         int64_t wait = ctx->retry_after_us == rl::kNever ? decider.policy->period_us : ctx->retry_after_us;
         if (!add_number(r, "Retry-After", rl::retry_after_seconds(wait))) return false;
     }
-    if (ctx->headers & RL_HEADERS_ON) {
+    if (rl_http(ctx)->headers & RL_HEADERS_ON) {
         constexpr ngx_uint_t kInline = 8;
         rl::HeaderItem inline_items[kInline];
         rl::HeaderItem* items = inline_items;
@@ -62,15 +62,15 @@ bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
         for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
             if (rl_decided(ctx->results[i])) items[n++] = item_of(ctx->results[i]);
         }
-        if (n == ctx->napplied && ctx->policy != nullptr) {
+        if (n == ctx->napplied && rl_http(ctx)->policy != nullptr) {
             // Every applied limit decided, none from a tier: the location's policy, formatted at merge.
-            if (!add_header(r, "RateLimit-Policy", ctx->policy->data, ctx->policy->len)) return false;
+            if (!add_header(r, "RateLimit-Policy", rl_http(ctx)->policy->data, rl_http(ctx)->policy->len)) return false;
         } else if (!add_list(r, "RateLimit-Policy", items, n, rl::format_policy)) {
             return false;
         }
         if (!add_list(r, "RateLimit", items, n, rl::format_state)) return false;
     }
-    if (ctx->headers & RL_HEADERS_LEGACY) {
+    if (rl_http(ctx)->headers & RL_HEADERS_LEGACY) {
         rl::HeaderItem it = item_of(decider);
         if (!add_number(r, "X-RateLimit-Limit", it.quota) || !add_number(r, "X-RateLimit-Remaining", it.remaining) ||
             !add_number(r, "X-RateLimit-Reset", it.reset_s)) {
@@ -83,8 +83,8 @@ bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
 ngx_int_t rl_header_filter(ngx_http_request_t* r) noexcept {
     if (r != r->main) return rl_next_header_filter(r);
     rl_ctx_t* ctx = rl_get_ctx(r);
-    if (ctx == nullptr || ctx->headers_done || ctx->decider < 0) return rl_next_header_filter(r);
-    ctx->headers_done = true;
+    if (ctx == nullptr || rl_http(ctx)->headers_done || ctx->decider < 0) return rl_next_header_filter(r);
+    rl_http(ctx)->headers_done = true;
     if (!add_headers(r, ctx)) return NGX_ERROR;
     return rl_next_header_filter(r);
 }

@@ -1,7 +1,8 @@
-// RateLimit / X-RateLimit-* / Retry-After response headers (response_headers.cpp).
+// RateLimit / X-RateLimit-* / Retry-After response headers (headers.cpp).
 #pragma once
 
-#include "ngx/limits/conf.h"
+#include "ngx/http/http.h"
+#include "ngx/limits/zone.h"
 
 #include "core/text/headers.h"
 

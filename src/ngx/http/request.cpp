@@ -1,120 +1,128 @@
-// The request's context: created once per main request, held by a pool cleanup so that it is
-// found again after an internal redirect wipes the module contexts (as the realip module keeps
-// its own), and so that every store's wait ends when the request goes away.
-#include "ngx/limits/ctx.h"
+// The HTTP front end of the engine: a main request's context (the engine's, HTTP's part after
+// it), its values (complex values), the log lines of its verdict, and its phases run again
+// after a wait.
+#include "ngx/http/request.h"
 
-#include "core/text/log_text.h"
+#include "ngx/engine/delay.h"
+
+#include "core/algo/block.h"
 #include "core/text/rate.h"
-#include "core/algo/settle.h"
-#include "ngx/metrics/metrics.h"
-#include "ngx/stores/store.h"
-#include "ngx/limits/tier.h"
-#include "ngx/limits/zone.h"
-
-void rl_ctx_cleanup(void* data) noexcept {
-    auto* ctx = static_cast<rl_ctx_t*>(data);
-    if (ctx->phase == RL_PHASE_DELAYED) {
-        // The request ends while delayed (the client closed the connection): what its limits
-        // consumed goes back (limit_req keeps it).
-        ctx->phase = RL_PHASE_RETURNED;
-        rl_store_give_back(ctx);
-    }
-    if (ctx->timer.timer_set) {
-        ngx_del_timer(&ctx->timer);
-    }
-    if (ctx->wake.posted) {
-        ngx_delete_posted_event(&ctx->wake);
-    }
-    rl_store_end(ctx);
-}
 
 namespace {
 
-// The cost of a `ratelimit` line for this request (quantity=N or quantity=$variable).
-int64_t request_cost(ngx_http_request_t* r, const rl_limit_t& limit, rl_zone_t* zone) {
-    if (limit.quantity_cv == nullptr) return limit.quantity;
-    ngx_str_t value;
-    if (ngx_http_complex_value(r, limit.quantity_cv, &value) != NGX_OK) return 1;
-    if (value.len == 0) return 1;
-    // A number too large for any limit is rejected by the algorithm (kNever), as is one
-    // above this limit's capacity; only what is not a number at all counts 1.
-    int64_t cost = rl::parse_cost(rl_sv(value));
-    if (cost >= 0) return cost;
-    rl_warn_value(r, zone, &zone->quantity_warned, "quantity", value, "counted as 1");
-    return 1;
+bool http_evaluate(rl_ctx_t* ctx, const rl_value_t* value, ngx_str_t* out) noexcept {
+    auto* r = static_cast<ngx_http_request_t*>(ctx->subject);
+    return ngx_http_complex_value(r, rl_http_cv(value), out) == NGX_OK;
 }
 
-rl_ctx_t* new_ctx(ngx_http_request_t* r, const rl_loc_conf_t* lcf) {
-    // One allocation, the pool cleanup's own data, holds the context, the results, the
-    // locking scratch, a result list and, in a tiered location, each request's own policies.
-    ngx_uint_t n = lcf->applied->nelts;
-    size_t bytes = sizeof(rl_ctx_t) + n * (sizeof(rl_result_t) + 3 * sizeof(void*));
-    if (lcf->tiered) bytes += n * sizeof(rl::Policy);
-    ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, bytes);
-    if (cln == nullptr) return nullptr;
+void log_rejection(ngx_http_request_t* r, const rl_scope_t* scope, const rl_result_t& res) {
+    const rl_zone_t* zone = res.applied->zone;
+    ngx_uint_t level = scope->log_level;
+    const char* dry = scope->dry_run ? " (dry run)" : "";
+    if (zone->concurrency) {
+        // limit_conn's words, so that what reads its lines (fail2ban, alerts) keeps working.
+        ngx_log_error(level, r->connection->log, 0, "limiting connections%s by zone \"%V\"",
+                      scope->dry_run ? ", dry run," : "", &zone->name);
+        return;
+    }
+    int64_t wait = res.decision.retry_after_us;
+    if (wait == rl::kNever) {
+        if (res.cost == rl::kCostTooLarge) {
+            ngx_log_error(level, r->connection->log, 0, "limiting request%s by zone \"%V\", quantity over %L exceeds "
+                          "its capacity", dry, &zone->name, rl::kMaxRequests);
+            return;
+        }
+        ngx_log_error(level, r->connection->log, 0, "limiting request%s by zone \"%V\", quantity %L exceeds its "
+                      "capacity", dry, &zone->name, res.cost);
+        return;
+    }
+    int64_t ms = (wait + 999) / 1000;
+    if (res.decision.block == rl::kBlockLive) {
+        ngx_log_error(level, r->connection->log, 0, "limiting request%s by zone \"%V\", blocked for %L.%03Ls", dry,
+                      &zone->name, ms / 1000, ms % 1000);
+        return;
+    }
+    if (res.decision.block == rl::kBlockStarted) {
+        int64_t block_ms = (res.policy->block_us + 999) / 1000;
+        if (scope->dry_run) {
+            ngx_log_error(level, r->connection->log, 0, "limiting request (dry run) by zone \"%V\", would block for "
+                          "%L.%03Ls", &zone->name, block_ms / 1000, block_ms % 1000);
+            return;
+        }
+        ngx_log_error(level, r->connection->log, 0, "limiting request by zone \"%V\", retry in %L.%03Ls, blocked for "
+                      "%L.%03Ls", &zone->name, ms / 1000, ms % 1000, block_ms / 1000, block_ms % 1000);
+        return;
+    }
+    ngx_log_error(level, r->connection->log, 0, "limiting request%s by zone \"%V\", retry in %L.%03Ls", dry,
+                  &zone->name, ms / 1000, ms % 1000);
+}
 
-    auto* ctx = static_cast<rl_ctx_t*>(cln->data);
-    *ctx = rl_ctx_t{};
-    ctx->r = r;
-    ctx->results = reinterpret_cast<rl_result_t*>(ctx + 1);
-    ctx->decider = -1;
-    ctx->headers = lcf->headers;
-    ctx->policy = lcf->tiered ? nullptr : &lcf->policy;
-    ctx->napplied = n;
-    ctx->stores = lcf->stores;
-    ctx->slots = lcf->slots;
-    ctx->phase = RL_PHASE_RETURNED;
-    ctx->settle = -1;
-    cln->handler = rl_ctx_cleanup;
-    ngx_http_set_ctx(r, ctx, ngx_http_ratelimit_module);
-    return ctx;
+// limit_req's rule: delays are logged one level below ratelimit_log_level (info stays info).
+void log_delay(ngx_http_request_t* r, const rl_ctx_t* ctx) {
+    const rl_scope_t* scope = ctx->scope;
+    ngx_uint_t level = scope->log_level == NGX_LOG_INFO ? NGX_LOG_INFO : scope->log_level + 1;
+    int64_t milli = rl_delay_excess_milli(ctx);
+    ngx_log_error(level, r->connection->log, 0, "delaying request%s, excess: %L.%03L, by zone \"%V\", delay %L.%03Ls",
+                  scope->dry_run ? " (dry run)" : "", milli / 1000, milli % 1000,
+                  &ctx->results[ctx->delayer].applied->zone->name, ctx->delay_ms / 1000, ctx->delay_ms % 1000);
+}
+
+// The verdict: what the access handler returns, and the log lines.
+void http_decided(rl_ctx_t* ctx) noexcept {
+    rl_http_ctx_t* h = rl_http(ctx);
+    ngx_http_request_t* r = h->r;
+    const rl_scope_t* scope = ctx->scope;
+    h->verdict = NGX_DECLINED;
+    if (ctx->rejected) {
+        for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+            const rl_result_t& res = ctx->results[i];
+            if (rl_decided(res) && !res.decision.allowed) log_rejection(r, scope, res);
+        }
+        auto* lcf = static_cast<rl_loc_conf_t*>(ngx_http_get_module_loc_conf(r, ngx_http_ratelimit_module));
+        if (!scope->dry_run) h->verdict = static_cast<ngx_int_t>(lcf->status);
+        return;
+    }
+    if (ctx->denied && !scope->dry_run) h->verdict = NGX_HTTP_SERVICE_UNAVAILABLE;
+    if (ctx->delayer < 0) return;
+    h->delaying = !scope->dry_run && h->verdict == NGX_DECLINED;
+    log_delay(r, ctx);
+}
+
+// A wait is over: the request's phases run again from the access handler.
+void http_resume(rl_ctx_t* ctx) noexcept {
+    ngx_http_request_t* r = rl_http(ctx)->r;
+    ngx_connection_t* c = r->connection;
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
 }
 
 }  // namespace
 
-rl_ctx_t* rl_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcept {
-    rl_ctx_t* ctx = new_ctx(r, lcf);
-    if (ctx == nullptr) return nullptr;
-    // One result per applied limit whose key is not empty (an empty key is exempt from its zone).
-    auto* applied = static_cast<rl_applied_t*>(lcf->applied->elts);
-    ngx_uint_t m = 0;
-    for (ngx_uint_t i = 0; i < lcf->applied->nelts; i++) {
-        ngx_str_t key;
-        if (ngx_http_complex_value(r, &applied[i].zone->key, &key) != NGX_OK) return nullptr;
-        if (key.len == 0) {
-            rl_metrics_count(applied[i].zone->metrics, RL_RESULT_EXEMPT);
-            continue;
-        }
-        rl_result_t& res = ctx->results[m++];
-        res = rl_result_t{};
-        res.applied = &applied[i];
-        res.policy = &applied[i].policy;
-        if (applied[i].tiered) res.policy = rl_tier_policy(r, applied[i], rl_ctx_policies(ctx) + (m - 1));
-        if (res.policy->calendar != rl::Calendar::none) {
-            // The window of the request's time (nginx's cached clock; a store's clock a little
-            // past a boundary moves to the next window: rl::calendar_shift).
-            ngx_time_t* tp = ngx_timeofday();
-            rl_calendar_window(res, static_cast<int64_t>(tp->sec) * 1000000 + static_cast<int64_t>(tp->msec) * 1000);
-        }
-        res.cost = request_cost(r, *applied[i].limit, applied[i].zone);
-        if (res.cost == 0 && applied[i].limit->settle_set) {
-            // settle= charges what the request used: it needs room for one unit meanwhile. A
-            // lease takes the unit (its asks count what requests take) and settles it back.
-            res.cost = applied[i].zone->sync_mode == RL_SYNC_LEASE ? 1 : rl::kNeedOne;
-        }
-        res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
-        res.store = applied[i].zone->store->decide ? RL_STORE_SHM : RL_STORE_REDIS;
-    }
-    ctx->nresults = m;
-    return ctx;
+const rl_frontend_t rl_http_frontend = {"http", &ngx_http_ratelimit_module, rl_http_compile, http_evaluate, http_decided, http_resume};
+
+rl_value_t* rl_http_compile(ngx_conf_t* cf, ngx_str_t* text) noexcept {
+    auto* cv = static_cast<ngx_http_complex_value_t*>(ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t)));
+    if (cv == nullptr) return nullptr;
+    ngx_http_compile_complex_value_t ccv{};
+    ccv.cf = cf;
+    ccv.value = text;
+    ccv.complex_value = cv;
+    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? reinterpret_cast<rl_value_t*>(cv) : nullptr;
 }
 
-void rl_warn_value(ngx_http_request_t* r, const rl_zone_t* zone, time_t* stamp, const char* what,
-                   const ngx_str_t& value, const char* outcome) noexcept {
-    if (*stamp == ngx_time()) return;  // once a second per zone and worker
-    *stamp = ngx_time();
-    char text[64];
-    size_t n = rl::log_text(value.data, value.len, text, sizeof(text));
-    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "ratelimit zone \"%V\": invalid %s \"%*s\", %s", &zone->name,
-                  what, n, text, outcome);
+rl_ctx_t* rl_http_ctx_create(ngx_http_request_t* r, const rl_loc_conf_t* lcf) noexcept {
+    rl_ctx_t* ctx = rl_ctx_create(r->pool, r->connection->log, &lcf->scope, &rl_http_frontend, r,
+                                  sizeof(rl_http_ctx_t));
+    if (ctx == nullptr) return nullptr;
+    rl_http_ctx_t* h = rl_http(ctx);
+    *h = rl_http_ctx_t{};
+    h->r = r;
+    h->headers = lcf->headers;
+    h->policy = lcf->scope.tiered ? nullptr : &lcf->policy;
+    h->verdict = NGX_DECLINED;
+    h->settle = -1;
+    ngx_http_set_ctx(r, ctx, ngx_http_ratelimit_module);
+    return ctx;
 }

@@ -3,8 +3,8 @@
 #include "ngx/http/variables.h"
 
 #include "ngx/http/client_prefix.h"
-#include "ngx/limits/ctx.h"
 #include "ngx/http/headers.h"
+#include "ngx/http/request.h"
 
 #include "core/text/headers.h"
 
@@ -45,12 +45,12 @@ ngx_int_t rl_variable(ngx_http_request_t* r, ngx_http_variable_value_t* v, uintp
     }
     if (which == RL_VAR_DELAY) return set_number(r, v, ctx->delay_ms);
     if (which == RL_VAR_SETTLED) {
-        // Known once the request has ended (the log phase: settle.cpp).
-        if (ctx->settle < 0) {
+        // Known once the request has ended (the log phase: http/settle.cpp).
+        if (rl_http(ctx)->settle < 0) {
             v->not_found = 1;
             return NGX_OK;
         }
-        return set_number(r, v, ctx->settle);
+        return set_number(r, v, rl_http(ctx)->settle);
     }
     if (ctx->decider < 0) {
         v->not_found = 1;

@@ -3,12 +3,8 @@
 // policy so made is finished per request, with the bounds finish_policy keeps for static ones.
 #include "ngx/limits/tier.h"
 
-#include "ngx/limits/ctx.h"
-
 #include "core/algo/concurrency.h"
 #include "core/text/rate.h"
-
-bool rl_tier_is_variable(ngx_str_t* value) noexcept { return ngx_http_script_variables_count(value) > 0; }
 
 bool rl_tier_check_zone(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy* dflt) noexcept {
     if (zone->sync_us != 0 && (zone->rate_cv != nullptr || zone->burst_cv != nullptr)) {
@@ -40,36 +36,45 @@ void rl_tier_check_applied(rl_applied_t* applied) noexcept {
                       (zone->burst_cv != nullptr && !applied->limit->burst_set);
 }
 
-const rl::Policy* rl_tier_policy(ngx_http_request_t* r, const rl_applied_t& applied, rl::Policy* out) noexcept {
+namespace {
+
+// A tier's value for ctx: false when it has none (an error, or empty).
+bool value_of(rl_ctx_t* ctx, const rl_value_t* cv, ngx_str_t* out) {
+    return cv != nullptr && ctx->fe->evaluate(ctx, cv, out) && out->len > 0;
+}
+
+}  // namespace
+
+const rl::Policy* rl_tier_policy(rl_ctx_t* ctx, const rl_applied_t& applied, rl::Policy* out) noexcept {
     rl_zone_t* zone = applied.zone;
     *out = applied.policy;  // default_rate, and the line's burst, the zone's, or 0 for a variable one
     ngx_str_t value = ngx_null_string;
     if (zone->concurrency_cv != nullptr) {
-        if (ngx_http_complex_value(r, zone->concurrency_cv, &value) == NGX_OK && value.len > 0 &&
+        if (value_of(ctx, zone->concurrency_cv, &value) &&
             !rl::parse_int(rl_sv(value), 1, rl::kMaxConcurrency, out->requests)) {
-            rl_warn_value(r, zone, &zone->tier_warned, "concurrency", value, "default_concurrency applies");
+            rl_warn_value(ctx->log, zone, &zone->tier_warned, "concurrency", value, "default_concurrency applies");
             out->requests = applied.policy.requests;
         }
         return rl::finish_policy(*out) == nullptr ? out : &applied.policy;
     }
-    if (zone->rate_cv != nullptr && ngx_http_complex_value(r, zone->rate_cv, &value) == NGX_OK && value.len > 0 &&
+    if (value_of(ctx, zone->rate_cv, &value) &&
         !rl::parse_rate(rl_sv(value), out->requests, out->period_us)) {
-        rl_warn_value(r, zone, &zone->tier_warned, "rate", value, "default_rate applies");
+        rl_warn_value(ctx->log, zone, &zone->tier_warned, "rate", value, "default_rate applies");
     }
     bool burst_var = zone->burst_cv != nullptr && !applied.limit->burst_set;
-    if (burst_var && ngx_http_complex_value(r, zone->burst_cv, &value) == NGX_OK && value.len > 0 &&
+    if (burst_var && value_of(ctx, zone->burst_cv, &value) &&
         !rl::parse_int(rl_sv(value), 0, rl::kMaxRequests, out->burst)) {
-        rl_warn_value(r, zone, &zone->tier_warned, "burst", value, "counted as 0");
+        rl_warn_value(ctx->log, zone, &zone->tier_warned, "burst", value, "counted as 0");
     }
     if (rl::finish_policy(*out) == nullptr) return out;
     // Only a burst can be out of bounds for a parsed rate (finish_policy takes any rate
     // parse_rate does with burst 0): a variable one counts 0, a static one keeps default_rate.
     if (burst_var) {
-        rl_warn_value(r, zone, &zone->tier_warned, "burst", value, "too large for this rate, counted as 0");
+        rl_warn_value(ctx->log, zone, &zone->tier_warned, "burst", value, "too large for this rate, counted as 0");
         out->burst = 0;
         if (rl::finish_policy(*out) == nullptr) return out;
     } else {
-        rl_warn_value(r, zone, &zone->tier_warned, "rate", value, "too low for the burst, default_rate applies");
+        rl_warn_value(ctx->log, zone, &zone->tier_warned, "rate", value, "too low for the burst, default_rate applies");
     }
     return &applied.policy;
 }

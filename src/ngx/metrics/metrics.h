@@ -1,7 +1,7 @@
-// Prometheus metrics: counters of zones and Redis servers in a shared-memory zone of the
-// module's own ("ratelimit:metrics"), created when some location has `ratelimit_metrics`.
-// Every worker adds to them without a lock; each zone's and Redis's counters are found by
-// name, so they survive reloads. Hooks on the request path are one branch when metrics are off.
+// The metrics' counters: of zones and Redis servers, in a shared-memory zone of the module's own
+// (table.h; engine/metrics_zone.cpp makes it when a front end exports metrics). Every worker
+// adds to them without a lock; each zone's and Redis's counters are found by name, so they
+// survive reloads. Hooks on the request path are one branch when metrics are off.
 #pragma once
 
 #include "ngx/ngx_include.h"
@@ -37,12 +37,16 @@ enum rl_redis_error_e {
 };
 
 constexpr ngx_uint_t kRlRoundTripBuckets = 13;  // 100 µs .. 1 s, then +Inf
+inline constexpr uint64_t kRlRoundTripBoundsNs[kRlRoundTripBuckets] = {
+    100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 25000000, 50000000, 100000000, 250000000,
+    500000000, 1000000000,
+};
 
 // In shared memory: plain counters, updated with atomic adds.
 struct rl_metrics_zone_t {
     ngx_atomic_t requests[RL_RESULT_N];
     ngx_atomic_t in_flight;  // concurrency zones: slots this host's requests hold (a gauge)
-    ngx_atomic_t settle_failures;  // settles Redis did not take, after their second try (redis/settle.cpp)
+    ngx_atomic_t settle_failures;  // settles Redis did not take, after their second try (stores/redis_settle.cpp)
 };
 
 struct rl_metrics_redis_t {
@@ -56,19 +60,6 @@ struct rl_metrics_redis_t {
     ngx_atomic_t round_trip[kRlRoundTripBuckets + 1];  // per bucket, not cumulative
     ngx_atomic_t round_trip_ns;                         // their sum
 };
-
-struct rl_ctx_t;
-struct rl_loc_conf_t;
-
-struct rl_main_conf_t;
-
-char* rl_metrics_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
-// nginx -t refuses, with ratelimit_metrics, what it could not export: more than a thousand
-// zones and ratelimit_redis, a ratelimit_redis name longer than a zone's longest.
-ngx_int_t rl_metrics_postconfiguration(ngx_conf_t* cf, const rl_main_conf_t* mcf) noexcept;
-
-// The request's result in each zone whose key was not empty (access.cpp, at its verdict).
-void rl_metrics_count_results(const rl_ctx_t* ctx, const rl_loc_conf_t* lcf) noexcept;
 
 inline void rl_metrics_add(ngx_atomic_t* counter, ngx_atomic_int_t n) { ngx_atomic_fetch_add(counter, n); }
 

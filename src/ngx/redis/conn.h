@@ -54,7 +54,7 @@ struct rl_conn_shared_t {
     ngx_queue_t free_ops;
     time_t error_logged;         // errors are logged once per second
     ngx_uint_t errors_suppressed;
-    struct rl_metrics_redis_t* metrics;  // shared-memory counters (metrics.cpp), or nullptr
+    struct rl_metrics_redis_t* metrics;  // shared-memory counters (metrics/metrics.h), or nullptr
     void* ssl;                   // the ngx_ssl_t when connections speak TLS (tls.cpp), or nullptr
     bool ssl_verify;             // the certificate and its name are checked
 };

@@ -1,6 +1,6 @@
 // One server of a ratelimit_redis, in a worker (node.cpp): its connection, the code it runs
 // (Functions, or scripts before Redis 7), sending within max_pending, and what a script call's
-// reply means for its caller. The request path (request.cpp) and the sync engine (sync/) both
+// reply means for its caller. The per-request store (stores/redis_request.cpp) and the sync engine (sync/) both
 // go through it, so reloading the Lua after NOSCRIPT, following MOVED / ASK, TRYAGAIN and the
 // cap on retries are written once.
 #pragma once
@@ -12,9 +12,9 @@
 struct rl_redis_node_t {
     rl_conn_t conn;
     rl_redis_t* redis;
-    ngx_queue_t queued;    // the request path's calls waiting for the end of the loop turn (request.cpp)
+    ngx_queue_t queued;    // the request path's calls waiting for the end of the loop turn (stores/redis_request.cpp)
     ngx_uint_t nqueued;
-    ngx_uint_t batches;    // the request path's script runs in flight (request.cpp)
+    ngx_uint_t batches;    // the request path's script runs in flight (stores/redis_request.cpp)
     unsigned reloading:1;  // a FUNCTION LOAD or SCRIPT LOAD is in flight after the code went missing
     unsigned scripts:1;    // the server took no FUNCTION LOAD (before Redis 7): EVALSHA instead
 };

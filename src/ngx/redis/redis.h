@@ -1,13 +1,15 @@
-// A `ratelimit_redis` (conf.cpp): its configuration and, in each worker, its servers (nodes,
-// node.h), the connections' shared settings and what the request path and the sync engine
-// share on it.
+// A `ratelimit_redis` (directive.cpp): its configuration and, in each worker (worker.cpp), its
+// servers (nodes, node.h) and the connections' shared settings. The transport: it knows RESP,
+// servers, clusters, Sentinels, TLS and names, not what its users send; the per-request store
+// keeps its own state beside it (`store`).
 #pragma once
 
 #include "ngx/base/array.h"
-#include "ngx/limits/conf.h"
+#include "ngx/base/conf.h"
 #include "ngx/redis/conn.h"
 
 struct rl_redis_node_t;
+struct rl_redis_store_t;
 
 // One address as configured: host and port, and the socket address once known (at
 // configuration time, or in the worker for `resolve`).
@@ -26,7 +28,7 @@ struct rl_redis_t {
     ngx_str_t sentinel_username;
     ngx_str_t sentinel_password;
     bool resolve;             // host names are resolved again in the worker (resolve.cpp)
-    ngx_resolver_t* resolver; // http{}'s, for `resolve`
+    ngx_resolver_t* resolver; // the front end block's, for `resolve`
     ngx_msec_t resolver_timeout;
     // TLS (tls.cpp): every connection of this Redis, the Sentinels' too.
     bool ssl;
@@ -50,7 +52,6 @@ struct rl_redis_t {
     rl_conn_shared_t conn;    // what its connections share: settings, callbacks, error log
     ngx_pool_t* pool;         // the cycle's: addresses of cluster nodes found at run time
     rl_array_t<rl_redis_node_t*> nodes;  // its servers (node.cpp): a cluster's grow as they are found
-    ngx_queue_t free_batches; // request.cpp
     void* scratch;            // for building commands and reading replies (node.cpp)
     size_t scratch_size;
     ngx_uint_t mode_check;    // the handshake's reply that tells cluster, standalone, Sentinel apart
@@ -61,29 +62,31 @@ struct rl_redis_t {
     void* cluster_state;      // cluster.cpp
     void* sentinel_state;     // sentinel.cpp
     void* resolve_state;      // resolve.cpp
-    // held.cpp: in-flight slots this worker's requests hold here, refreshed every refresh_ms
-    ngx_queue_t held;
-    ngx_event_t held_refresh;
-    ngx_queue_t releasing;    // given back in this loop turn: sent together at its end
-    ngx_event_t held_release;
-    ngx_msec_t refresh_ms;    // a third of the shortest hold= of its concurrency zones (0: none)
-    int64_t clock_offset_us;  // Redis's clock minus ours, as the last decide reply showed it
-    uint64_t epoch;           // connections of this worker that failed: rejections remembered
-                              // before (rejected.cpp) may be of a Redis that lost its state
+    rl_redis_store_t* store;  // the per-request store's state here (stores/redis_state.h)
     // Called when a node's connection fails or its server says it cannot take writes
     // (READONLY, MASTERDOWN): where the address comes from (Sentinel, DNS) may know better.
     void (*address_stale)(rl_redis_node_t* node);
 };
 
-// Appends one command in RESP to `out` (in `pool`); AUTH [username] password.
+// Appends one command in RESP to `out` (in `pool`); AUTH [username] password (handshake.cpp).
 bool rl_redis_append_command(ngx_pool_t* pool, ngx_str_t& out, int argc, const char** argv,
                              const size_t* lens) noexcept;
 bool rl_redis_append_auth(ngx_pool_t* pool, ngx_str_t& out, const ngx_str_t& username,
                           const ngx_str_t& password) noexcept;
 
-char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
-// After the http{} block: `resolve` finds its resolver.
-ngx_int_t rl_redis_postconfiguration(ngx_conf_t* cf, rl_main_conf_t* mcf) noexcept;
-rl_redis_t* rl_redis_find(rl_main_conf_t* mcf, const ngx_str_t& name) noexcept;
-ngx_int_t rl_redis_init_process(ngx_cycle_t* cycle) noexcept;
-void rl_redis_exit_process(ngx_cycle_t* cycle) noexcept;
+// ratelimit_redis (directive.cpp): the server, checked, among `all` (of rl_redis_t*).
+char* rl_redis_parse(ngx_conf_t* cf, ngx_array_t* all) noexcept;
+// The ratelimit_redis `name` of `all`, or nullptr.
+rl_redis_t* rl_redis_find(const ngx_array_t* all, const ngx_str_t& name) noexcept;
+// Once the block is read: each ratelimit_redis with `resolve` gets the block's resolver (an
+// error names the directive when there is none).
+ngx_int_t rl_redis_set_resolver(ngx_conf_t* cf, ngx_array_t* all, ngx_resolver_t* resolver,
+                                ngx_msec_t resolver_timeout) noexcept;
+
+// In a worker (worker.cpp): the handshake written on every connection, the servers, and their
+// connections, opened now. The owner's callbacks (redis->conn.fill, .failed) are set before.
+ngx_int_t rl_redis_start(rl_redis_t* redis, ngx_cycle_t* cycle) noexcept;
+void rl_redis_stop(rl_redis_t* redis) noexcept;
+// handshake.cpp: the handshake's commands and the check of their replies.
+bool rl_redis_build_handshake(ngx_pool_t* pool, rl_redis_t* redis) noexcept;
+bool rl_redis_check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply) noexcept;

@@ -3,8 +3,8 @@
 // or a NOSCRIPT that reloaded the code, at most kRlMaxRetries times, as every call of the
 // request path is (node.h). Fire and forget for whoever sends it: nothing waits on it, and each
 // try is bounded by its connection's timers (connect_timeout, the overdue watchdog), whose
-// failure is its end. The settles (settle.cpp), refunds (request.cpp) and the in-flight slots'
-// releases and refreshes (held.cpp) go through it.
+// failure is its end. The settles (stores/redis_settle.cpp), refunds (stores/redis_request.cpp) and
+// the in-flight slots' releases and refreshes (stores/redis_held.cpp) go through it.
 #pragma once
 
 #include "ngx/redis/node.h"

@@ -1,19 +1,20 @@
 // The in-flight store: concurrency=N zones in shared memory (and Redis concurrency zones deciding
 // locally when Redis fails). A slot is taken in the shared-memory pass, all or nothing with the
-// request's other limits, and given back when the request ends (rl_store_release_slots, from the
-// request's pool cleanup, whatever ends it). Each key records which worker holds its slots: a
+// request's other limits, and given back when the request ends (rl_conc_release, at the
+// request's end, whatever ends it). Each key records which worker holds its slots: a
 // worker that dies holding some (SIGKILL, a crash) is found out when the key is next full.
-#include "ngx/stores/store.h"
+#include "ngx/stores/conc.h"
+
+#include "ngx/stores/pass.h"
 
 #include "core/algo/concurrency.h"
+#include "core/algo/decide.h"
 #include "core/algo/refund.h"
 #include "ngx/metrics/metrics.h"
 
 #include <signal.h>
 
 namespace {
-
-constexpr ngx_uint_t kIndex = 4;  // rl_store_t::index
 
 rl::Holders& holders_of(rl::Slot* slot) { return *reinterpret_cast<rl::Holders*>(slot + 1); }
 
@@ -65,16 +66,22 @@ void conc_refund(rl_result_t& res, rl::Slot* slot, int64_t now) {
     res.decision = rl::decide(slot->state, *res.policy, now, 0);
 }
 
+constexpr rl_store_t conc_store() {
+    rl_store_t s{};
+    s.name = "in-flight";
+    s.id = RL_STORE_ID_CONC;
+    s.key_bytes = sizeof(rl::Holders);
+    s.decide = conc_decide;
+    s.commit = conc_commit;
+    s.refund = conc_refund;
+    return s;
+}
+
 }  // namespace
 
-const rl_store_t rl_conc_store = {
-    "in-flight", kIndex, sizeof(rl::Holders),
-    nullptr, nullptr, nullptr,
-    nullptr, conc_decide, conc_commit, nullptr, conc_refund, nullptr,
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-};
+const rl_store_t rl_conc_store = conc_store();
 
-void rl_store_release_slots(rl_ctx_t* ctx) noexcept {
+void rl_conc_release(rl_ctx_t* ctx) noexcept {
     rl_result_t** list = rl_ctx_list(ctx);
     ngx_uint_t m = 0;
     for (ngx_uint_t i = 0; i < ctx->nresults; i++) {

@@ -1,6 +1,8 @@
 // In-flight slots held in Redis: refreshed while their requests run, given back when they end.
 #include "ngx/stores/redis_held.h"
 
+#include "ngx/stores/redis_state.h"
+
 #include "core/wire/redis_keys.h"
 #include "ngx/metrics/metrics.h"
 #include "ngx/redis/resend.h"
@@ -95,9 +97,9 @@ void on_release(ngx_event_t* ev) noexcept {
     ngx_queue_init(&done);
     rl::RedisCheck checks[kPerCommand];
     rl_held_t* group[kPerCommand];
-    ngx_queue_t* cursor = ngx_queue_head(&redis->releasing);
-    while (!ngx_queue_empty(&redis->releasing)) {
-        ngx_uint_t n = take_key(&redis->releasing, &done, &cursor, checks, group);
+    ngx_queue_t* cursor = ngx_queue_head(&redis->store->releasing);
+    while (!ngx_queue_empty(&redis->store->releasing)) {
+        ngx_uint_t n = take_key(&redis->store->releasing, &done, &cursor, checks, group);
         if (held_cmd_t* cmd = cmd_new(redis, rl::release_command_len(prefix, checks, n), "a slot's release failed")) {
             auto* buf = reinterpret_cast<char*>(cmd->bytes);
             cmd_send(cmd, redis, group[0]->slot, rl::write_release_command(buf, prefix, checks, n), 0);
@@ -117,13 +119,13 @@ void on_refresh(ngx_event_t* ev) noexcept {
     rl::RedisCheck checks[kPerCommand];
     rl_held_t* group[kPerCommand];
     // Redis's clock now, as the last reply showed it: every slot lives `hold` from here.
-    int64_t score = local_now_us() + redis->clock_offset_us;
+    int64_t score = local_now_us() + redis->store->clock_offset_us;
     // One pass per key: the slots of a key are moved to the end as they are sent.
     ngx_queue_t sent;
     ngx_queue_init(&sent);
-    ngx_queue_t* cursor = ngx_queue_head(&redis->held);
-    while (!ngx_queue_empty(&redis->held)) {
-        ngx_uint_t n = take_key(&redis->held, &sent, &cursor, checks, group);
+    ngx_queue_t* cursor = ngx_queue_head(&redis->store->held);
+    while (!ngx_queue_empty(&redis->store->held)) {
+        ngx_uint_t n = take_key(&redis->store->held, &sent, &cursor, checks, group);
         int64_t hold = 0;
         for (ngx_uint_t i = 0; i < n; i++) hold = checks[i].policy->period_us > hold ? checks[i].policy->period_us : hold;
         held_cmd_t* cmd = cmd_new(redis, rl::refresh_command_len(prefix, checks, n, score + hold), "a slot's refresh failed");
@@ -138,8 +140,8 @@ void on_refresh(ngx_event_t* ev) noexcept {
         }
     }
     if (ngx_queue_empty(&sent)) return;  // nothing held: the next slot taken starts the timer
-    ngx_queue_add(&redis->held, &sent);
-    ngx_add_timer(ev, redis->refresh_ms);
+    ngx_queue_add(&redis->store->held, &sent);
+    ngx_add_timer(ev, redis->store->refresh_ms);
 }
 
 }  // namespace
@@ -158,7 +160,7 @@ uint64_t rl_held_owner() noexcept {
 uint64_t rl_held_next_seq() noexcept { return ++last_seq; }
 
 void rl_held_clock(rl_redis_t* redis, int64_t redis_now_us) noexcept {
-    redis->clock_offset_us = redis_now_us - local_now_us();
+    redis->store->clock_offset_us = redis_now_us - local_now_us();
 }
 
 rl_held_t* rl_held_add(rl_redis_t* redis, const rl::RedisCheck& check, uint16_t slot,
@@ -172,8 +174,9 @@ rl_held_t* rl_held_add(rl_redis_t* redis, const rl::RedisCheck& check, uint16_t 
     held->policy = *check.policy;
     held->check = check;
     held->check.policy = &held->policy;
-    ngx_queue_insert_tail(&redis->held, &held->link);
-    if (!redis->held_refresh.timer_set && redis->refresh_ms > 0) ngx_add_timer(&redis->held_refresh, redis->refresh_ms);
+    ngx_queue_insert_tail(&redis->store->held, &held->link);
+    rl_redis_store_t* st = redis->store;
+    if (!st->held_refresh.timer_set && st->refresh_ms > 0) ngx_add_timer(&st->held_refresh, st->refresh_ms);
     if (metrics != nullptr) rl_metrics_add(&metrics->in_flight, 1);
     return held;
 }
@@ -181,29 +184,31 @@ rl_held_t* rl_held_add(rl_redis_t* redis, const rl::RedisCheck& check, uint16_t 
 void rl_held_release(rl_held_t* held) noexcept {
     rl_redis_t* redis = held->redis;
     ngx_queue_remove(&held->link);
-    ngx_queue_insert_tail(&redis->releasing, &held->link);
+    ngx_queue_insert_tail(&redis->store->releasing, &held->link);
     if (held->metrics != nullptr) rl_metrics_add(&held->metrics->in_flight, -1);
-    ngx_post_event(&redis->held_release, &ngx_posted_events);  // (once: it checks)
+    ngx_post_event(&redis->store->held_release, &ngx_posted_events);  // (once: it checks)
 }
 
-void rl_held_init(rl_redis_t* redis) noexcept {
-    ngx_queue_init(&redis->held);
-    redis->held_refresh.handler = on_refresh;
-    redis->held_refresh.data = redis;
-    redis->held_refresh.log = redis->conn.log;
-    redis->held_refresh.cancelable = 1;  // an old worker refreshes while its requests run, but waits for none
-    ngx_queue_init(&redis->releasing);
-    redis->held_release.handler = on_release;
-    redis->held_release.data = redis;
-    redis->held_release.log = redis->conn.log;
+void rl_held_init(rl_redis_t* redis, ngx_log_t* log) noexcept {
+    rl_redis_store_t* st = redis->store;
+    ngx_queue_init(&st->held);
+    st->held_refresh.handler = on_refresh;
+    st->held_refresh.data = redis;
+    st->held_refresh.log = log;
+    st->held_refresh.cancelable = 1;  // an old worker refreshes while its requests run, but waits for none
+    ngx_queue_init(&st->releasing);
+    st->held_release.handler = on_release;
+    st->held_release.data = redis;
+    st->held_release.log = log;
 }
 
 void rl_held_exit(rl_redis_t* redis) noexcept {
-    if (redis->held_refresh.timer_set) ngx_del_timer(&redis->held_refresh);
-    if (redis->held_release.posted) {  // (a macro of several statements)
-        ngx_delete_posted_event(&redis->held_release);
+    rl_redis_store_t* st = redis->store;
+    if (st->held_refresh.timer_set) ngx_del_timer(&st->held_refresh);
+    if (st->held_release.posted) {  // (a macro of several statements)
+        ngx_delete_posted_event(&st->held_release);
     }
-    for (ngx_queue_t* list : {&redis->held, &redis->releasing}) {
+    for (ngx_queue_t* list : {&st->held, &st->releasing}) {
         while (!ngx_queue_empty(list)) {
             ngx_queue_t* q = ngx_queue_head(list);
             ngx_queue_remove(q);

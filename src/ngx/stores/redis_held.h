@@ -36,5 +36,5 @@ rl_held_t* rl_held_add(rl_redis_t* redis, const rl::RedisCheck& check, uint16_t 
 // all the slots given back meanwhile, not awaited) and is no longer refreshed.
 void rl_held_release(rl_held_t* held) noexcept;
 // Worker start and exit.
-void rl_held_init(rl_redis_t* redis) noexcept;
+void rl_held_init(rl_redis_t* redis, ngx_log_t* log) noexcept;
 void rl_held_exit(rl_redis_t* redis) noexcept;

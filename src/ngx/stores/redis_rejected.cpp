@@ -4,7 +4,7 @@
 
 #include "core/keys/rejected.h"
 #include "core/keys/slot_table.h"
-#include "ngx/redis/redis.h"
+#include "ngx/stores/redis_state.h"
 
 namespace {
 
@@ -15,7 +15,7 @@ uint8_t tag_of(const rl_result_t& res) { return static_cast<uint8_t>(rl::kReject
 // a connection failed, Redis may have restarted without its state, so what it said before no
 // longer holds.
 rl::KeyHash key_of(const rl_result_t& res) {
-    return rl::rejection_key(res.hash, *res.policy, res.applied->zone->redis->epoch);
+    return rl::rejection_key(res.hash, *res.policy, res.applied->zone->redis->store->epoch);
 }
 
 static_assert(sizeof(rl::TableHeader::hints) == rl::kRejectionHints * sizeof(int64_t), "one hint per group of keys");

@@ -3,7 +3,7 @@
 // down, without a call, until its Retry-After.
 #pragma once
 
-#include "ngx/limits/ctx.h"
+#include "ngx/limits/context.h"
 
 // A result about to be sent to Redis: true, with its decision set, if Redis's last rejection
 // of its key still holds for it. *now: the clock (rl_rejected_now), or 0 until read: read only

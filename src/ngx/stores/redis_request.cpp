@@ -13,6 +13,7 @@
 #include "ngx/stores/redis_held.h"
 #include "ngx/redis/node.h"
 #include "ngx/stores/redis_rejected.h"
+#include "ngx/stores/redis_state.h"
 #include "ngx/redis/resend.h"
 
 namespace {
@@ -22,12 +23,11 @@ constexpr ngx_uint_t kMaxGroups = 64;  // requests per script run: bounds its re
 // then gather into fewer, larger runs (Redis's time per request falls); when Redis is idle a
 // call goes at once, as before. Two: one run is read or written while the next is in Redis.
 constexpr ngx_uint_t kMaxBatchesInFlight = 2;
-constexpr ngx_uint_t kIndex = 1;       // rl_store_t::index
 
 struct rl_batch_t;
 struct rl_call_t;
 
-// What the store keeps for a request while its calls are out (ctx->store_data[kIndex]).
+// What the store keeps for a request while its calls are out (ctx->store_data[RL_STORE_ID_REDIS]).
 struct rl_calls_t {
     rl_call_t* calls;
     ngx_uint_t ncalls;
@@ -51,15 +51,15 @@ struct rl_call_t {
     uint8_t tries;            // retries so far (rl_node_retry_left)
     uint8_t solo;             // cluster: sent in a batch of its own (its slot is migrating)
     int64_t at;               // Redis's time of the decision
-    uint64_t seq;             // its in-flight slots' member in Redis: "<owner>.<seq>" (held.h)
+    uint64_t seq;             // its in-flight slots' member in Redis: "<owner>.<seq>" (redis_held.h)
     rl_held_t* held;          // the slots the request holds once admitted, until it ends
 };
 
 enum { RL_CALL_PENDING = 0, RL_CALL_DONE, RL_CALL_FAILED };
 
-constexpr uint8_t kRejectedHere = 4;  // rl_result_t::flags: decided by a remembered rejection (rejected.h)
+constexpr uint8_t kRejectedHere = 4;  // rl_result_t::flags: decided by a remembered rejection (redis_rejected.h)
 
-rl_calls_t* calls_of(rl_ctx_t* ctx) { return static_cast<rl_calls_t*>(ctx->store_data[kIndex]); }
+rl_calls_t* calls_of(rl_ctx_t* ctx) { return static_cast<rl_calls_t*>(ctx->store_data[RL_STORE_ID_REDIS]); }
 
 // What a timed-out call needs for a refund if Redis admits it late (the request is gone).
 struct rl_late_t {
@@ -100,8 +100,8 @@ rl::RedisCheck* checks_of(rl_call_t* call, rl::RedisCheck* checks) {
 rl_redis_node_t* node_of(rl_conn_op_t* op) { return static_cast<rl_redis_node_t*>(op->conn->data); }
 
 rl_batch_t* batch_alloc(rl_redis_t* redis) {
-    if (!ngx_queue_empty(&redis->free_batches)) {
-        ngx_queue_t* q = ngx_queue_head(&redis->free_batches);
+    if (!ngx_queue_empty(&redis->store->free_batches)) {
+        ngx_queue_t* q = ngx_queue_head(&redis->store->free_batches);
         ngx_queue_remove(q);
         return ngx_queue_data(q, rl_batch_t, link);
     }
@@ -110,7 +110,7 @@ rl_batch_t* batch_alloc(rl_redis_t* redis) {
 
 void batch_free(rl_batch_t* batch) {
     for (ngx_uint_t i = 0; i < batch->n; i++) ngx_free(batch->late[i]);
-    ngx_queue_insert_head(&batch->redis->free_batches, &batch->link);
+    ngx_queue_insert_head(&batch->redis->store->free_batches, &batch->link);
 }
 
 void call_failed(rl_call_t* call) {
@@ -164,7 +164,7 @@ void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n, bool ask
     }
     if (op == nullptr) {
         if (batch != nullptr) {
-            ngx_queue_insert_head(&redis->free_batches, &batch->link);
+            ngx_queue_insert_head(&redis->store->free_batches, &batch->link);
         }
         for (ngx_uint_t i = 0; i < n; i++) call_fails_now(calls[i]);
         return;
@@ -381,15 +381,14 @@ bool rejected_here(rl_ctx_t* ctx) {
 
 // Sends the request's Redis checks; returns the number of calls now in flight.
 ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
-    ngx_http_request_t* r = ctx->r;
     ngx_uint_t n = ctx->nresults, nredis = 0;
     for (ngx_uint_t i = 0; i < n; i++) nredis += ctx->results[i].store == RL_STORE_REDIS;
     if (nredis == 0) return 0;  // (every key of its zones was empty)
     if (rejected_here(ctx)) return 0;
     // At most one call per result; each result's index goes into exactly one call.
-    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(r->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
-    auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(r->pool, n * sizeof(ngx_uint_t)));
-    auto* slots = static_cast<uint16_t*>(ngx_palloc(r->pool, n * sizeof(uint16_t)));
+    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(ctx->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
+    auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(ctx->pool, n * sizeof(ngx_uint_t)));
+    auto* slots = static_cast<uint16_t*>(ngx_palloc(ctx->pool, n * sizeof(uint16_t)));
     if (cs == nullptr || indices == nullptr || slots == nullptr) {
         for (ngx_uint_t i = 0; i < n; i++) {
             if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_FAILED;
@@ -397,7 +396,7 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
         return 0;
     }
     cs->calls = reinterpret_cast<rl_call_t*>(cs + 1);
-    ctx->store_data[kIndex] = cs;
+    ctx->store_data[RL_STORE_ID_REDIS] = cs;
     for (ngx_uint_t i = 0; i < n; i++) {
         const rl_result_t& res = ctx->results[i];
         slots[i] = res.store == RL_STORE_REDIS && res.applied->zone->redis->cluster ? rl_redis_slot_of(res) : 0;
@@ -425,7 +424,7 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
         rl_call_t* call = &cs->calls[k];
         call->rchecks = checks_of(call, static_cast<rl::RedisCheck*>(
-                                                 ngx_palloc(r->pool, call->nchecks * sizeof(rl::RedisCheck))));
+                                                 ngx_palloc(ctx->pool, call->nchecks * sizeof(rl::RedisCheck))));
         if (call->rchecks != nullptr && queue_call(call, false)) {
             cs->waiting++;
         } else {
@@ -501,7 +500,7 @@ void redis_give_back(rl_ctx_t* ctx) noexcept {
         for (ngx_uint_t i = 0; i < call->nchecks; i++) consumed = consumed || ctx->results[call->checks[i]].consumed;
         if (!consumed) continue;
         // With each result's decision time; not in the request's pool, which is gone when a
-        // request ends while delayed (delay.cpp).
+        // request ends while delayed (the front end's delay).
         rl::RedisCheck* checks = checks_of(call, static_cast<rl::RedisCheck*>(
                                                      ngx_alloc(call->nchecks * sizeof(rl::RedisCheck), call->redis->conn.log)));
         if (checks != nullptr) send_refund(call->redis, call->node, checks, call->nchecks);
@@ -514,7 +513,7 @@ void redis_give_back(rl_ctx_t* ctx) noexcept {
     }
 }
 
-// The verdict is final: the in-flight slots an admitted request took are kept alive (held.h)
+// The verdict is final: the in-flight slots an admitted request took are kept alive (redis_held.h)
 // until it ends.
 void redis_decided(rl_ctx_t* ctx) noexcept {
     rl_calls_t* cs = calls_of(ctx);
@@ -538,14 +537,22 @@ void redis_decided(rl_ctx_t* ctx) noexcept {
     }
 }
 
+constexpr rl_store_t redis_store() {
+    rl_store_t s{};
+    s.name = "redis";
+    s.id = RL_STORE_ID_REDIS;
+    s.remote = redis_remote;
+    s.timed_out = redis_timed_out;
+    s.give_back = redis_give_back;
+    s.decided = redis_decided;
+    s.end = redis_end;
+    s.settle_remote = rl_redis_settle;
+    return s;
+}
+
 }  // namespace
 
-const rl_store_t rl_redis_store = {
-    "redis", kIndex, 0,
-    nullptr, nullptr, nullptr,
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-    nullptr, redis_remote, redis_timed_out, redis_give_back, redis_decided, redis_end, rl_redis_settle,
-};
+const rl_store_t rl_redis_store = redis_store();
 
 void rl_redis_request_fill(rl_conn_t* conn) noexcept {
     auto* node = static_cast<rl_redis_node_t*>(conn->data);
@@ -572,7 +579,7 @@ void rl_redis_request_fill(rl_conn_t* conn) noexcept {
 
 void rl_redis_request_failed(rl_conn_t* conn) noexcept {
     auto* node = static_cast<rl_redis_node_t*>(conn->data);
-    node->redis->epoch++;  // rejections remembered until now may be of a Redis that lost its state
+    node->redis->store->epoch++;  // rejections remembered until now may be of a Redis that lost its state
     while (!ngx_queue_empty(&node->queued)) {
         ngx_queue_t* q = ngx_queue_head(&node->queued);
         ngx_queue_remove(q);

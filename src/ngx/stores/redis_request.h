@@ -1,4 +1,4 @@
-// The per-request Redis store (request.cpp): a zone with redis= and no sync= decides each
+// The per-request Redis store (redis_request.cpp): a zone with redis= and no sync= decides each
 // request in Redis, its checks batched per server (per slot of a cluster) and loop turn.
 #pragma once
 
@@ -7,7 +7,7 @@
 
 extern const rl_store_t rl_redis_store;
 
-// The connections' callbacks (set by conf.cpp): the end of a loop turn sends the calls queued on
+// The connections' callbacks (set by redis_state.cpp): the end of a loop turn sends the calls queued on
 // the node as batches; a failed connection fails them.
 void rl_redis_request_fill(rl_conn_t* conn) noexcept;
 void rl_redis_request_failed(rl_conn_t* conn) noexcept;

@@ -92,7 +92,7 @@ void on_done(rl_resend_t* cmd, rl_redis_node_t* node, const redisReply* reply, b
 }
 
 // A settle's call id: unique among the hosts and workers sharing the Redis for far longer than
-// Redis keeps it (kCallMemoryMs): this worker's random owner id (held.h) and a count.
+// Redis keeps it (kCallMemoryMs): this worker's random owner id (redis_held.h) and a count.
 constexpr size_t kCallIdLen = 12 + 1 + 16;  // below 2^48, '.', a 64-bit count
 static_assert(kCallIdLen <= rl::kCallIdMax, "a settle's call id is sent whole");
 
@@ -134,7 +134,7 @@ rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript
     std::string_view id(reinterpret_cast<const char*>(idbuf), next_call_id(idbuf));
     size_t len = res.delta > 0 ? rl::charge_command(nullptr, script, false, prefix, &check, 1, 0, id)
                                : rl::refund_command_len(prefix, &check, 1, script, id);
-    auto* call = static_cast<rl_settle_call_t*>(ngx_alloc(sizeof(rl_settle_call_t) + len, ctx->r->connection->log));
+    auto* call = static_cast<rl_settle_call_t*>(ngx_alloc(sizeof(rl_settle_call_t) + len, ctx->log));
     if (call == nullptr) return nullptr;
     auto* buf = reinterpret_cast<char*>(call->bytes);
     len = res.delta > 0 ? rl::charge_command(buf, script, false, prefix, &check, 1, 0, id)

@@ -1,8 +1,8 @@
-// Settles of per-request Redis results (settle.cpp beside this): after the response, each
+// Settles of per-request Redis results (redis_settle.cpp): after the response, each
 // difference goes to Redis as one script call (charge or refund), fire and forget.
 #pragma once
 
-#include "ngx/limits/ctx.h"
+#include "ngx/limits/context.h"
 
 // The Redis store's settle_remote (store.h): sends the settles of the request's results that
 // Redis decided (res.delta != 0). A call that fails is sent once more, with the same call id (applied

@@ -251,19 +251,39 @@ int64_t sync_clock(const rl_zone_t* zone, int64_t local_now) { return rl_sync_no
 
 }  // namespace
 
-const rl_store_t rl_sync_optimistic_store = {
-    "sync optimistic", 2, sizeof(rl_sync_key_t),
-    rl_sync_area_bytes, rl_sync_area_format, rl_sync_area_compatible,
-    sync_clock, sync_decide, sync_commit, rl_sync_release, sync_refund, sync_settle,
-    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-};
+namespace {
 
-const rl_store_t rl_sync_lease_store = {
-    "sync lease", 3, sizeof(rl_sync_key_t),
-    rl_sync_area_bytes, rl_sync_area_format, rl_sync_area_compatible,
-    sync_clock, sync_decide, sync_commit, rl_sync_release, sync_refund, sync_settle,
-    rl_sync_lease_refill, nullptr, rl_sync_lease_timed_out, nullptr, nullptr, rl_sync_lease_end, nullptr,
-};
+// What both sync stores do in the shared-memory pass.
+constexpr rl_store_t sync_store(const char* name, rl_store_id_e id) {
+    rl_store_t s{};
+    s.name = name;
+    s.id = id;
+    s.key_bytes = sizeof(rl_sync_key_t);
+    s.area_bytes = rl_sync_area_bytes;
+    s.area_format = rl_sync_area_format;
+    s.area_compatible = rl_sync_area_compatible;
+    s.clock = sync_clock;
+    s.decide = sync_decide;
+    s.commit = sync_commit;
+    s.release = rl_sync_release;
+    s.refund = sync_refund;
+    s.settle = sync_settle;
+    return s;
+}
+
+// A lease's requests also wait for grants.
+constexpr rl_store_t lease_store() {
+    rl_store_t s = sync_store("sync lease", RL_STORE_ID_SYNC_LEASE);
+    s.refill = rl_sync_lease_refill;
+    s.timed_out = rl_sync_lease_timed_out;
+    s.end = rl_sync_lease_end;
+    return s;
+}
+
+}  // namespace
+
+const rl_store_t rl_sync_optimistic_store = sync_store("sync optimistic", RL_STORE_ID_SYNC_OPTIMISTIC);
+const rl_store_t rl_sync_lease_store = lease_store();
 
 void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept {
     if (!(res.flags & RL_SYNC_GRANTED)) return;
@@ -272,15 +292,4 @@ void rl_sync_release(rl_result_t& res, rl::Slot* slot) noexcept {
         rl_sync_key(slot)->lease.units += res.cost;  // usable as far as the lease still holds
     }
     res.flags &= ~RL_SYNC_GRANTED;
-}
-
-bool rl_sync_add_policy(rl_zone_t* zone, const rl::Policy& p) noexcept {
-    auto* have = static_cast<rl::Policy*>(zone->sync_policies->elts);
-    for (ngx_uint_t i = 0; i < zone->sync_policies->nelts; i++) {
-        if (have[i].algo == p.algo && have[i].burst == p.burst) return true;
-    }
-    auto* slot = static_cast<rl::Policy*>(ngx_array_push(zone->sync_policies));
-    if (slot == nullptr) return false;
-    *slot = p;
-    return true;
 }

@@ -3,7 +3,7 @@
 // zone's block (the store's area, before the table).
 #pragma once
 
-#include "ngx/limits/conf.h"
+#include "ngx/limits/zone.h"
 
 #include "core/algo/exact_math.h"
 #include "core/reconcile/share.h"

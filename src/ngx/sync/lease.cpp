@@ -5,13 +5,12 @@
 
 namespace {
 
-constexpr ngx_uint_t kIndex = 3;            // rl_store_t::index of the lease store
 constexpr size_t kAheadMax = 256;           // background asks queued in one loop turn at most
 constexpr ngx_msec_t kPollMs = 2;           // a request beside another worker's ask looks again after
 
 }  // namespace
 
-// What the store keeps for a request that waits for asks (ctx->store_data[kIndex]).
+// What the store keeps for a request that waits for asks (ctx->store_data[RL_STORE_ID_SYNC_LEASE]).
 struct rl_lease_wait_t {
     ngx_queue_t link;   // in the requests to ask for at the end of this loop turn
     rl_ctx_t* ctx;
@@ -36,7 +35,7 @@ struct rl_ahead_t {
 rl_ahead_t g_ahead[kAheadMax];
 size_t g_nahead;
 
-rl_lease_wait_t* wait_of(rl_ctx_t* ctx) { return static_cast<rl_lease_wait_t*>(ctx->store_data[kIndex]); }
+rl_lease_wait_t* wait_of(rl_ctx_t* ctx) { return static_cast<rl_lease_wait_t*>(ctx->store_data[RL_STORE_ID_SYNC_LEASE]); }
 
 // The results still waiting could not ask (their own ask did not go out): the fallback
 // decides them when the request decides again.
@@ -273,13 +272,13 @@ ngx_uint_t rl_sync_lease_refill(rl_ctx_t* ctx) noexcept {
     }
     rl_lease_wait_t* w = wait_of(ctx);
     if (can && w == nullptr) {
-        w = static_cast<rl_lease_wait_t*>(ngx_pcalloc(ctx->r->pool, sizeof(rl_lease_wait_t)));
+        w = static_cast<rl_lease_wait_t*>(ngx_pcalloc(ctx->pool, sizeof(rl_lease_wait_t)));
         if (w != nullptr) {
             w->ctx = ctx;
             w->poll.handler = on_poll;
             w->poll.data = w;
-            w->poll.log = ctx->r->connection->log;
-            ctx->store_data[kIndex] = w;
+            w->poll.log = ctx->log;
+            ctx->store_data[RL_STORE_ID_SYNC_LEASE] = w;
         }
     }
     if (!can || w == nullptr) {

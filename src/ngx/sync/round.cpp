@@ -241,16 +241,13 @@ void rl_sync_round_done(rl_sync_batch_t* b) noexcept {
     if (b->zs->round == b) b->zs->round = nullptr;
 }
 
-ngx_int_t rl_sync_init_process(ngx_cycle_t* cycle) noexcept {
-    if (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE) return NGX_OK;
-    auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ratelimit_module));
-    if (mcf == nullptr) return NGX_OK;
+ngx_int_t rl_sync_start(ngx_cycle_t* cycle, const ngx_array_t* all) noexcept {
     rl_sync_log = cycle->log;
     rl_sync_lease_init(cycle->log);
-    auto** zones = static_cast<rl_zone_t**>(mcf->zones.elts);
-    rl_sync_zones = static_cast<rl_sync_zone_t**>(ngx_calloc(mcf->zones.nelts * sizeof(rl_sync_zone_t*) + 1, cycle->log));
+    auto** zones = static_cast<rl_zone_t**>(all->elts);
+    rl_sync_zones = static_cast<rl_sync_zone_t**>(ngx_calloc(all->nelts * sizeof(rl_sync_zone_t*) + 1, cycle->log));
     if (rl_sync_zones == nullptr) return NGX_ERROR;
-    for (ngx_uint_t i = 0; i < mcf->zones.nelts; i++) {
+    for (ngx_uint_t i = 0; i < all->nelts; i++) {
         rl_zone_t* zone = zones[i];
         if (zone->sync_mode == RL_SYNC_OFF || zone->sync_shm == nullptr || zone->redis == nullptr) continue;
         auto* zs = static_cast<rl_sync_zone_t*>(ngx_calloc(sizeof(rl_sync_zone_t), cycle->log));
@@ -270,7 +267,7 @@ ngx_int_t rl_sync_init_process(ngx_cycle_t* cycle) noexcept {
     return NGX_OK;
 }
 
-void rl_sync_exit_process(ngx_cycle_t*) noexcept {
+void rl_sync_stop() noexcept {
     for (ngx_uint_t z = 0; z < rl_sync_nzones; z++) {
         if (rl_sync_zones[z]->tick.timer_set) {
             ngx_del_timer(&rl_sync_zones[z]->tick);

@@ -1,6 +1,6 @@
 // Zones with sync=TIME: decided in the zone's shared memory, reconciled with Redis once per
 // interval per host. The room's public side: its two stores (store.h), the engine's start and
-// stop in each worker, and the policies it reconciles keys under.
+// stop in each worker.
 //   layout.h/.cpp  what the shared memory keeps
 //   decide.cpp     the request path (the stores' operations)
 //   lease.cpp      a lease zone's asks and the requests that wait for them
@@ -13,7 +13,6 @@
 extern const rl_store_t rl_sync_optimistic_store;
 extern const rl_store_t rl_sync_lease_store;
 
-ngx_int_t rl_sync_init_process(ngx_cycle_t* cycle) noexcept;
-void rl_sync_exit_process(ngx_cycle_t* cycle) noexcept;
-// At merge: a policy the zone is applied with (the engine finds each key's by algorithm and burst).
-bool rl_sync_add_policy(rl_zone_t* zone, const rl::Policy& p) noexcept;
+// Worker start: an engine for each sync zone of `zones` (of rl_zone_t*); and its stop.
+ngx_int_t rl_sync_start(ngx_cycle_t* cycle, const ngx_array_t* zones) noexcept;
+void rl_sync_stop() noexcept;

@@ -1,0 +1,40 @@
+// The counters of a front end's zones and Redis servers, read at once (snapshot.cpp): what the
+// metrics endpoint writes (measured, then written: both see the same numbers).
+#pragma once
+
+#include "ngx/limits/conf.h"
+#include "ngx/metrics/metrics.h"
+
+#include <string_view>
+
+// A zone's counters and table figures, read at once.
+struct rl_zone_snapshot_t {
+    std::string_view name;
+    uint64_t requests[RL_RESULT_N];
+    uint64_t keys, capacity, evictions;
+    bool concurrency;   // concurrency=N: its in-flight gauge
+    int64_t in_flight;
+    bool redis;         // decided in Redis per request: its settles can fail
+    uint64_t settle_failures;
+    bool sync;  // sync=TIME: its reconciliation's counters (kept in the zone's sync header)
+    uint64_t sync_rounds, sync_keys, sync_failures;
+    int64_t sync_hosts;
+};
+
+struct rl_redis_snapshot_t {
+    std::string_view name;
+    uint64_t calls, checks, errors[RL_REDIS_ERR_N], reconnects, moved, ask;
+    int64_t in_flight;
+    uint64_t round_trip[kRlRoundTripBuckets + 1];
+    double round_trip_s;
+};
+
+struct rl_snapshot_t {
+    rl_zone_snapshot_t* zones;
+    ngx_uint_t nzones;
+    rl_redis_snapshot_t* redis;
+    ngx_uint_t nredis;
+};
+
+// The snapshot of `ecf`'s zones and Redis servers that have counters, in `pool`; false without memory.
+bool rl_snapshot_take(ngx_pool_t* pool, const rl_engine_conf_t* ecf, rl_snapshot_t* s) noexcept;

@@ -1,0 +1,10 @@
+// A whole response from memory (send.cpp): what the endpoints (ratelimit_api, ratelimit_metrics)
+// answer.
+#pragma once
+
+#include "ngx/http/http.h"
+
+// Sends `len` bytes at `body` (in the request's pool) as the response, with `status` and
+// `content_type` (static); returns what a content handler returns.
+ngx_int_t rl_http_send(ngx_http_request_t* r, ngx_uint_t status, const char* content_type, u_char* body,
+                       size_t len) noexcept;
