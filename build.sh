@@ -80,7 +80,8 @@ configure_make() {
             || { tail -30 "$objs/configure.log"; exit 1; }
         printf '%s' "$want" >"$stamp"
     fi
-    (cd "$src" && make -s -j"$JOBS" -f "$objs/Makefile" ${target:+"$target"})
+    # shellcheck disable=SC2086
+    (cd "$src" && make -s -j"$JOBS" -f "$objs/Makefile" $target)
 }
 
 # Builds the module into $1 with extra cc opts $2: against Debian's nginx-dev with Debian's
@@ -97,19 +98,26 @@ build_module() {
         fi
         # shellcheck disable=SC1091
         source /usr/share/nginx/src/conf_flags
-        flags=("${NGX_CONF_FLAGS[@]}" --with-compat --with-cc-opt="-g -O2 -fPIC $extra_cc")
+        # Debian builds stream as a module (libnginx-mod-stream) with these; nginx-dev's flags
+        # leave them out. The stream .so is built against them.
+        flags=("${NGX_CONF_FLAGS[@]}" --with-compat --with-stream=dynamic --with-stream_ssl_module
+            --with-stream_ssl_preread_module --with-stream_realip_module --with-cc-opt="-g -O2 -fPIC $extra_cc")
     else
         src=$(cd "$src" && pwd)
         flags=(--with-compat)
         [[ -z $extra_cc ]] || flags+=(--with-cc-opt="$extra_cc")
     fi
     [[ -z $extra_cc ]] || flags+=(--with-ld-opt="$extra_cc")
-    log "building module"
-    configure_make "$src" "$out/objs" modules "${flags[@]}"
+    log "building modules"
+    configure_make "$src" "$out/objs" "$out/objs/ngx_http_ratelimit_module.so $out/objs/ngx_stream_ratelimit_module.so" \
+        "${flags[@]}"
     # A new file, renamed over the old one: an nginx running the old .so keeps its mapping.
-    cp "$out/objs/ngx_http_ratelimit_module.so" "$out/.ngx_http_ratelimit_module.so.new"
-    mv -f "$out/.ngx_http_ratelimit_module.so.new" "$out/ngx_http_ratelimit_module.so"
-    log "built $out/ngx_http_ratelimit_module.so"
+    local so
+    for so in ngx_http_ratelimit_module.so ngx_stream_ratelimit_module.so; do
+        cp "$out/objs/$so" "$out/.$so.new"
+        mv -f "$out/.$so.new" "$out/$so"
+        log "built $out/$so"
+    done
 }
 
 # The newest upstream nginx release tarball next to the repository (CI: ../shared/nginx/).
@@ -141,11 +149,13 @@ upstream_tests() {
     local t0=$SECONDS
     configure_make "$dir/$name" "$dir/objs" "" --with-compat \
         --with-http_auth_request_module --with-http_addition_module --with-http_ssl_module \
-        --with-http_v2_module --with-http_realip_module
+        --with-http_v2_module --with-http_realip_module \
+        --with-stream --with-stream_ssl_module --with-stream_ssl_preread_module --with-stream_realip_module
     log "built $name in $((SECONDS - t0)) s"
     test_deps
     log "prove ${*:-t/} against $name"
     (cd "$ROOT" && NGINX_BIN="$dir/objs/nginx" RATELIMIT_SO="$dir/objs/ngx_http_ratelimit_module.so" \
+        RATELIMIT_STREAM_SO="$dir/objs/ngx_stream_ratelimit_module.so" \
         prove -I t/lib "${@:-t/}")
 }
 

@@ -24,5 +24,5 @@ bool rl_engine_finish(ngx_conf_t* cf, rl_engine_conf_t* ecf, ngx_resolver_t* res
         zone->shm_zone->init = rl_zone_table_init;
     }
     if (rl_metrics_zone_check(cf, ecf) != NGX_OK) return false;
-    return rl_redis_set_resolver(cf, &ecf->redis, resolver, resolver_timeout) == NGX_OK;
+    return rl_redis_set_resolver(cf, &ecf->redis, ecf->fe->name, resolver, resolver_timeout) == NGX_OK;
 }

@@ -43,14 +43,23 @@ int64_t cost_of(rl_ctx_t* ctx, const rl_limit_t& limit, rl_zone_t* zone) {
     return 1;
 }
 
-// A calendar zone's result (period=day...): its policy's window made the one holding `now`
-// (us), computed again only when now has left it.
-void calendar_window(const rl_result_t& res, int64_t now) {
+// A calendar zone's result (period=day...): its policy's window made the one holding now
+// (nginx's cached clock; a store's clock a little past a boundary moves to the next window:
+// rl::calendar_shift), computed again only when now has left it.
+void calendar_window(const rl_result_t& res) {
     const rl::Policy* p = res.policy;
+    if (p->calendar == rl::Calendar::none) return;
+    ngx_time_t* tp = ngx_timeofday();
+    int64_t now = static_cast<int64_t>(tp->sec) * 1000000 + static_cast<int64_t>(tp->msec) * 1000;
     if (now >= p->win.start && now < p->win.end) return;
     // The applied policy (a calendar one is never a tier's): this worker's, in its
     // configuration's memory; computed again only when now leaves its window.
     rl::calendar_window(p->calendar, res.applied->zone->tz, now, const_cast<rl::Policy*>(p)->win);
+}
+
+// Where a result is decided first: in its zone's table, or away from it (Redis).
+rl_store_e first_store(const rl_result_t& res) {
+    return res.applied->zone->store->decide ? RL_STORE_SHM : RL_STORE_REDIS;
 }
 
 rl_ctx_t* new_ctx(ngx_pool_t* pool, const rl_scope_t* scope, size_t front_bytes) {
@@ -102,12 +111,7 @@ rl_ctx_t* rl_ctx_create(ngx_pool_t* pool, ngx_log_t* log, const rl_scope_t* scop
         res.applied = &applied[i];
         res.policy = &applied[i].policy;
         if (applied[i].tiered) res.policy = rl_tier_policy(ctx, applied[i], rl_ctx_policies(ctx) + (m - 1));
-        if (res.policy->calendar != rl::Calendar::none) {
-            // The window of the request's time (nginx's cached clock; a store's clock a little
-            // past a boundary moves to the next window: rl::calendar_shift).
-            ngx_time_t* tp = ngx_timeofday();
-            calendar_window(res, static_cast<int64_t>(tp->sec) * 1000000 + static_cast<int64_t>(tp->msec) * 1000);
-        }
+        calendar_window(res);
         res.cost = cost_of(ctx, *applied[i].limit, applied[i].zone);
         if (res.cost == 0 && applied[i].limit->settle_set) {
             // settle= charges what the request used: it needs room for one unit meanwhile. A
@@ -115,8 +119,28 @@ rl_ctx_t* rl_ctx_create(ngx_pool_t* pool, ngx_log_t* log, const rl_scope_t* scop
             res.cost = applied[i].zone->sync_mode == RL_SYNC_LEASE ? 1 : rl::kNeedOne;
         }
         res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
-        res.store = applied[i].zone->store->decide ? RL_STORE_SHM : RL_STORE_REDIS;
+        res.store = first_store(res);
     }
     ctx->nresults = m;
     return ctx;
+}
+
+void rl_ctx_renew(rl_ctx_t* ctx) noexcept {
+    for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
+        rl_result_t& res = ctx->results[i];
+        res.decision = rl::Decision{};
+        res.at = 0;
+        res.consumed = false;
+        res.delta = 0;
+        res.flags = 0;
+        calendar_window(res);
+        res.store = first_store(res);
+    }
+    ctx->status = RL_STATUS_NONE;
+    ctx->decider = -1;
+    ctx->retry_after_us = 0;
+    ctx->rejected = ctx->denied = ctx->admitted = false;
+    ctx->delay_ms = 0;
+    ctx->delayer = -1;
+    ctx->phase = RL_PHASE_RETURNED;
 }

@@ -11,5 +11,9 @@
 // the pool goes. nullptr on error.
 rl_ctx_t* rl_ctx_create(ngx_pool_t* pool, ngx_log_t* log, const rl_scope_t* scope, const rl_frontend_t* fe,
                         void* subject, size_t front_bytes) noexcept;
+// The context made ready for the next thing of the same kind (a session's next datagram): its
+// results' keys, policies and costs kept, their decisions cleared (what was decided before
+// stands), calendar windows moved to now.
+void rl_ctx_renew(rl_ctx_t* ctx) noexcept;
 // The pool cleanup that holds the context: a front end finds the context again by it.
 void rl_ctx_cleanup(void* data) noexcept;

@@ -77,7 +77,7 @@ void count_results(const rl_ctx_t* ctx) {
         default:
             continue;  // not asked: a shared-memory limit had already rejected the request
         }
-        rl_metrics_count(m, kind);
+        rl_metrics_add(scope->counts == RL_COUNT_DATAGRAMS ? &m->datagrams[kind] : &m->requests[kind], 1);
     }
 }
 

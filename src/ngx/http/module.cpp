@@ -10,10 +10,10 @@
 #include "ngx/http/request.h"
 #include "ngx/http/settle.h"
 #include "ngx/http/variables.h"
+#include "ngx/limits/settings.h"
 #include "ngx/limits/zone.h"
 #include "ngx/redis/redis.h"
 
-#include "core/algo/algorithm.h"
 #include "core/text/headers.h"
 
 namespace {
@@ -21,7 +21,6 @@ namespace {
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
-char* rl_algo_directive(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
 void* rl_create_main_conf(ngx_conf_t* cf) noexcept;
 void* rl_create_loc_conf(ngx_conf_t* cf) noexcept;
 char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept;
@@ -30,30 +29,11 @@ ngx_int_t rl_postconfiguration(ngx_conf_t* cf) noexcept;
 ngx_int_t rl_init_process(ngx_cycle_t* cycle) noexcept;
 void rl_exit_process(ngx_cycle_t* cycle) noexcept;
 
-char* rl_check_status(ngx_conf_t* cf, void* post, void* data) noexcept;
-ngx_conf_post_t rl_status_post = {rl_check_status};
-char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept;
-
 ngx_conf_enum_t rl_headers_modes[] = {
     {ngx_string("off"), RL_HEADERS_OFF},
     {ngx_string("on"), RL_HEADERS_ON},
     {ngx_string("legacy"), RL_HEADERS_LEGACY},
     {ngx_string("all"), RL_HEADERS_ALL},
-    {ngx_null_string, 0},
-};
-
-ngx_conf_enum_t rl_on_error_modes[] = {
-    {ngx_string("allow"), RL_ON_ERROR_ALLOW},
-    {ngx_string("deny"), RL_ON_ERROR_DENY},
-    {ngx_string("local"), RL_ON_ERROR_LOCAL},
-    {ngx_null_string, 0},
-};
-
-ngx_conf_enum_t rl_log_levels[] = {
-    {ngx_string("info"), NGX_LOG_INFO},
-    {ngx_string("notice"), NGX_LOG_NOTICE},
-    {ngx_string("warn"), NGX_LOG_WARN},
-    {ngx_string("error"), NGX_LOG_ERR},
     {ngx_null_string, 0},
 };
 
@@ -67,7 +47,7 @@ ngx_command_t rl_commands[] = {
     {ngx_string("ratelimit"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_1MORE,
      rl_limit_directive, NGX_HTTP_LOC_CONF_OFFSET, 0, nullptr},
     {ngx_string("ratelimit_algo"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
-     rl_algo_directive, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, scope.algo), nullptr},
+     rl_set_algo, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, scope.algo), nullptr},
     {ngx_string("ratelimit_status"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(rl_loc_conf_t, status), &rl_status_post},
     {ngx_string("ratelimit_headers"), NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
@@ -93,31 +73,6 @@ ngx_http_module_t rl_module_ctx = {
     rl_merge_loc_conf,
 };
 
-// ratelimit_status: nginx's own bounds check would not name the directive.
-char* rl_check_status(ngx_conf_t* cf, void*, void* data) noexcept {
-    ngx_int_t status = *static_cast<ngx_int_t*>(data);
-    if (status >= 400 && status <= 599) return NGX_CONF_OK;
-    return rl_conf_error(cf, "value must be between 400 and 599");
-}
-
-// ngx_conf_set_enum_slot, with an error that names the directive and the values it takes.
-char* rl_set_enum(ngx_conf_t* cf, ngx_command_t* cmd, void* conf) noexcept {
-    auto* value = reinterpret_cast<ngx_uint_t*>(static_cast<char*>(conf) + cmd->offset);
-    if (*value != NGX_CONF_UNSET_UINT) return const_cast<char*>("is duplicate");
-    auto* arg = &static_cast<ngx_str_t*>(cf->args->elts)[1];
-    auto* e = static_cast<ngx_conf_enum_t*>(cmd->post);
-    u_char names[128];
-    u_char* p = names;
-    for (ngx_uint_t i = 0; e[i].name.len != 0; i++) {
-        if (e[i].name.len == arg->len && ngx_strcasecmp(e[i].name.data, arg->data) == 0) {
-            *value = e[i].value;
-            return NGX_CONF_OK;
-        }
-        p = ngx_slprintf(p, names + sizeof(names), i == 0 ? "\"%V\"" : ", \"%V\"", &e[i].name);
-    }
-    return rl_conf_error(cf, "invalid value \"%V\", it must be one of %*s", arg, static_cast<size_t>(p - names), names);
-}
-
 char* rl_zone_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     return rl_zone_parse(cf, &static_cast<rl_main_conf_t*>(conf)->engine);
 }
@@ -130,18 +85,6 @@ char* rl_redis_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
 char* rl_limit_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
     auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module));
     return rl_limit_parse(cf, &mcf->engine, &static_cast<rl_loc_conf_t*>(conf)->scope, rl_settle_param);
-}
-
-char* rl_algo_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
-    auto* lcf = static_cast<rl_loc_conf_t*>(conf);
-    auto* args = static_cast<ngx_str_t*>(cf->args->elts);
-    if (lcf->scope.algo != NGX_CONF_UNSET_UINT) return const_cast<char*>("is duplicate");
-    rl::Algo algo;
-    if (!rl::parse_algo(std::string_view(reinterpret_cast<char*>(args[1].data), args[1].len), algo)) {
-        return rl_conf_error(cf, "invalid algorithm \"%V\"", &args[1]);
-    }
-    lcf->scope.algo = static_cast<ngx_uint_t>(algo);
-    return NGX_CONF_OK;
 }
 
 void* rl_create_loc_conf(ngx_conf_t* cf) noexcept {

@@ -83,11 +83,16 @@ bool build_applied(ngx_conf_t* cf, rl_scope_t* conf) {
     conf->stores = 0;
     conf->slots = false;
     if (conf->limits == nullptr) return true;
-    conf->applied = ngx_array_create(cf->pool, conf->limits->nelts, sizeof(rl_applied_t));
+    ngx_uint_t n = 0;
+    auto* lines = static_cast<rl_limit_t*>(conf->limits->elts);
+    for (ngx_uint_t i = 0; i < conf->limits->nelts; i++) n += lines[i].at == conf->at;
+    if (n == 0) return true;
+    conf->applied = ngx_array_create(cf->pool, n, sizeof(rl_applied_t));
     if (conf->applied == nullptr) return false;
     auto* limits = static_cast<rl_limit_t*>(conf->limits->elts);
     for (ngx_uint_t i = 0; i < conf->limits->nelts; i++) {
         rl_limit_t& l = limits[i];
+        if (l.at != conf->at) continue;  // another stage's
         auto* zone = static_cast<rl_zone_t*>(l.shm_zone->data);
         if (zone == nullptr) {
             rl_conf_error_at(cf, "ratelimit", l.file, l.line, "unknown ratelimit zone \"%V\"", &l.shm_zone->shm.name);

@@ -85,7 +85,7 @@ char* rl_limit_parse(ngx_conf_t* cf, rl_engine_conf_t* ecf, rl_scope_t* scope, r
     }
     auto* limits = static_cast<rl_limit_t*>(scope->limits->elts);
     for (ngx_uint_t i = 0; i < scope->limits->nelts; i++) {
-        if (limits[i].shm_zone == limit.shm_zone) {
+        if (limits[i].shm_zone == limit.shm_zone && limits[i].at == limit.at) {
             return rl_conf_error(cf, "zone \"%V\" is already applied here", &limit.shm_zone->shm.name);
         }
     }

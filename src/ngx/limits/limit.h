@@ -20,6 +20,8 @@ struct rl_limit_t {
     int64_t settle;                         //   a number, used when settle_cv is null
     rl_value_t* settle_cv;                  //   with variables
     ngx_int_t settle_var;                   //   one variable alone: its index (else NGX_ERROR)
+    uint8_t at;                             // the stage it applies at: a front end's own (stream's
+                                            // at=accept|preread|datagram); 0 in http
     u_char* file;                           // where the line is, for errors found at merge
     ngx_uint_t line;
 };
@@ -37,6 +39,8 @@ struct rl_applied_t {
 // A level where limits apply (an http location): the lines, what they became at merge and how
 // their verdict is given. The front end's configuration of the level holds one.
 struct rl_scope_t {
+    uint8_t at;            // the lines it applies: those of this stage (rl_limit_t::at)
+    uint8_t counts;        // the zones' counters its verdicts add to (RL_COUNT_*)
     ngx_array_t* limits;   // of rl_limit_t, as written (inherited like limit_req's)
     ngx_array_t* applied;  // of rl_applied_t, built at merge; null when no limit applies
     ngx_uint_t stores;     // the stores of its applied limits, as a set of rl_store_id_e bits
@@ -46,6 +50,11 @@ struct rl_scope_t {
     ngx_flag_t dry_run;
     ngx_uint_t log_level;
     ngx_uint_t on_error;   // RL_ON_ERROR_*
+};
+
+enum {
+    RL_COUNT_REQUESTS = 0,  // requests (http), connections and sessions (stream)
+    RL_COUNT_DATAGRAMS,     // datagrams of a session (stream, at=datagram)
 };
 
 enum {

@@ -67,6 +67,8 @@ struct rl_zone_t {
     time_t settle_warned;        // per worker: an invalid settle value, as quantity_warned
     time_t reset_logged;         // per worker: the API's resets are logged once a second
     ngx_uint_t resets_unlogged;  //   and those of that second counted
+    time_t drop_logged;          // per worker: datagrams dropped (stream) are logged once a second
+    ngx_uint_t drops_unlogged;   //   with the drops since the last line
     rl_metrics_zone_t* metrics;  // its counters (engine/metrics_zone.cpp), or nullptr
     // sync=TIME (sync/sync.h): decided in shared memory, reconciled with Redis every sync_us
     int64_t sync_us;             // 0: no sync (with redis=, a round trip per request)

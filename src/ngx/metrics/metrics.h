@@ -44,7 +44,8 @@ inline constexpr uint64_t kRlRoundTripBoundsNs[kRlRoundTripBuckets] = {
 
 // In shared memory: plain counters, updated with atomic adds.
 struct rl_metrics_zone_t {
-    ngx_atomic_t requests[RL_RESULT_N];
+    ngx_atomic_t requests[RL_RESULT_N];   // requests (http), connections and UDP sessions (stream)
+    ngx_atomic_t datagrams[RL_RESULT_N];  // datagrams of admitted UDP sessions (stream, at=datagram)
     ngx_atomic_t in_flight;  // concurrency zones: slots this host's requests hold (a gauge)
     ngx_atomic_t settle_failures;  // settles Redis did not take, after their second try (stores/redis_settle.cpp)
 };

@@ -274,14 +274,14 @@ rl_redis_t* rl_redis_find(const ngx_array_t* all, const ngx_str_t& name) noexcep
     return nullptr;
 }
 
-ngx_int_t rl_redis_set_resolver(ngx_conf_t* cf, ngx_array_t* all, ngx_resolver_t* resolver,
+ngx_int_t rl_redis_set_resolver(ngx_conf_t* cf, ngx_array_t* all, const char* block, ngx_resolver_t* resolver,
                                 ngx_msec_t resolver_timeout) noexcept {
     auto** redis = static_cast<rl_redis_t**>(all->elts);
     for (ngx_uint_t i = 0; i < all->nelts; i++) {
         if (!redis[i]->resolve) continue;
         if (resolver == nullptr || resolver->connections.nelts == 0) {
             rl_conf_error_at(cf, "ratelimit_redis", redis[i]->file, redis[i]->line,
-                             "ratelimit_redis \"%V\": \"resolve\" needs a \"resolver\" in http{}", &redis[i]->name);
+                             "ratelimit_redis \"%V\": \"resolve\" needs a \"resolver\" in %s{}", &redis[i]->name, block);
             return NGX_ERROR;
         }
         redis[i]->resolver = resolver;

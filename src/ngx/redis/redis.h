@@ -78,9 +78,9 @@ bool rl_redis_append_auth(ngx_pool_t* pool, ngx_str_t& out, const ngx_str_t& use
 char* rl_redis_parse(ngx_conf_t* cf, ngx_array_t* all) noexcept;
 // The ratelimit_redis `name` of `all`, or nullptr.
 rl_redis_t* rl_redis_find(const ngx_array_t* all, const ngx_str_t& name) noexcept;
-// Once the block is read: each ratelimit_redis with `resolve` gets the block's resolver (an
-// error names the directive when there is none).
-ngx_int_t rl_redis_set_resolver(ngx_conf_t* cf, ngx_array_t* all, ngx_resolver_t* resolver,
+// Once the block (`block`: "http", "stream") is read: each ratelimit_redis with `resolve` gets
+// the block's resolver (an error names the directive when there is none).
+ngx_int_t rl_redis_set_resolver(ngx_conf_t* cf, ngx_array_t* all, const char* block, ngx_resolver_t* resolver,
                                 ngx_msec_t resolver_timeout) noexcept;
 
 // In a worker (worker.cpp): the handshake written on every connection, the servers, and their
