@@ -9,9 +9,10 @@
 // the smallest entry's, evicting it (whose count then goes to the victim's cell); it enters with
 // count = cell + 1, error = cell. A cell counts its first key apart from the others (TopCell). Chosen over plain Space-Saving, whose every new key evicts
 // the smallest (many keys rejected once each keep replacing each other and push out a key that
-// floods at a lower rate than their sum: the 3 flooders among 1,500 keys need K > 33 there, K = 4
-// here), and over Misra-Gries, whose decrements make every count a lower bound that each new
-// key lowers. It keeps Space-Saving's bound: every error and every cell stays below the
+// floods at a lower rate than their sum: 3 keys flooding among 1,500 rejected once are its top 3
+// from K = 34 on, counted exactly in half the orders at K = 64; here from K = 4, exactly:
+// tests/bench/top_keys.sh), and over Misra-Gries, whose decrements make every count a lower
+// bound that each new key lowers. It keeps Space-Saving's bound: every error and every cell stays below the
 // smallest count, the counts sum to at most N, so error <= N / K for N rejections; and any key
 // rejected more than N / K times is in the table.
 //
