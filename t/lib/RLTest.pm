@@ -38,6 +38,8 @@ package RLTest;
 #   Grpc        a gRPC upstream ending calls with a chosen trailer, and a gRPC client
 #               (/usr/bin/python3 with python3-grpcio), `use RLTest::Grpc qw(grpc_missing
 #               start_grpc grpc_call);` (see its header)
+#   Browser     a page in headless Chromium (t/lib/cdp_page.py) and a stand-in for
+#               ratelimit_api serving the dashboard, `use RLTest::Browser qw(...);` (see its header)
 #
 # This file itself: every test file is bounded in time (RLTEST_TIMEOUT seconds, default
 # 150: then it dies, and the END below stops what it started), and the teardown check: at

@@ -15,10 +15,8 @@ package RLTest::Grpc;
 use strict;
 use warnings;
 use Exporter 'import';
-use IO::Select;
 use JSON::PP ();
-use POSIX ();
-use RLTest::Util qw(repo_root run_cmd stop_child);
+use RLTest::Util qw(repo_root run_cmd stop_child start_port_child);
 
 our @EXPORT_OK = qw(grpc_missing start_grpc grpc_call);
 
@@ -35,28 +33,7 @@ sub grpc_missing {
 
 sub start_grpc {
     my $secs = ($ENV{RLTEST_TIMEOUT} || 150) + 30;
-    pipe(my $r, my $w) or die "pipe: $!";
-    my $pid = fork // die "fork: $!";
-    if (!$pid) {
-        close $r;
-        open STDOUT, '>&', $w or POSIX::_exit(1);
-        close $w;
-        $SIG{$_} = 'DEFAULT' for qw(ALRM TERM INT PIPE);
-        alarm 0;
-        exec($PY, _script(), 'serve', $secs) or POSIX::_exit(127);
-    }
-    close $w;
-    my $line = '';
-    my $sel = IO::Select->new($r);
-    while ($line !~ /\n/ && $sel->can_read(20)) {
-        last unless sysread($r, $line, 64, length $line);
-    }
-    close $r;
-    my ($port) = $line =~ /^(\d+)\n/;
-    if (!$port) {
-        stop_child($pid, 'KILL', 1);
-        die "RLTest::Grpc: the server did not start ('$line')\n";
-    }
+    my ($pid, $port) = start_port_child('RLTest::Grpc: the server', $PY, _script(), 'serve', $secs);
     my $self = bless { pid => $pid, port => $port, creator => $$ }, __PACKAGE__;
     push @ALL, $self;
     return $self;

@@ -2,8 +2,9 @@ package RLTest::Util;
 # What every other RLTest package needs: where the repository and the module are, files,
 # free loopback ports, temporary directories (kept with RLTEST_KEEP=1), fresh keys, the
 # window clock, settle_value (a value awaited instead of slept for), and processes: run_cmd
-# runs a command with a deadline, stop_child ends one that was started in the background,
-# pid_alive tells a live process from a zombie.
+# runs a command with a deadline, start_port_child starts a server that prints its port,
+# stop_child ends one that was started in the background, pid_alive tells a live process from
+# a zombie.
 # Core Perl only; depends on no other RLTest package.
 use strict;
 use warnings;
@@ -18,7 +19,8 @@ use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 
 our @EXPORT_OK = qw(repo_root module_so slurp spew conf_line_of free_port temp_dir kept_dirs
-  run_cmd stop_child pid_alive worker_rss fresh_key settle_value avoid_window_edge wait_window_offset);
+  run_cmd stop_child pid_alive worker_rss fresh_key settle_value avoid_window_edge wait_window_offset
+  start_port_child);
 
 our $KEEP = $ENV{RLTEST_KEEP} ? 1 : 0;    # RLTEST_KEEP=1: keep the temporary directories
 
@@ -196,6 +198,37 @@ sub run_cmd {
     $out .= "\nrun_cmd: killed after ${secs}s: @cmd\n" if $timed_out;
     my $rc = $timed_out ? 137 : $status < 0 ? -1 : $status & 127 ? 128 + ($status & 127) : $status >> 8;
     return ($rc, $out, $timed_out);
+}
+
+# start_port_child($what, @cmd) -> (pid, port): runs @cmd in the background (signals default,
+# no alarm inherited) and reads the loopback port it prints first, alone on a line (20 s at
+# most); if none comes, the child is killed and it dies naming $what.
+sub start_port_child {
+    my ($what, @cmd) = @_;
+    pipe(my $r, my $w) or die "pipe: $!";
+    my $pid = fork // die "fork: $!";
+    if (!$pid) {
+        close $r;
+        open STDOUT, '>&', $w or POSIX::_exit(1);
+        close $w;
+        $SIG{$_} = 'DEFAULT' for qw(ALRM TERM INT PIPE);
+        alarm 0;
+        { no warnings 'exec'; exec { $cmd[0] } @cmd }
+        POSIX::_exit(127);
+    }
+    close $w;
+    my $line = '';
+    my $sel = IO::Select->new($r);
+    while ($line !~ /\n/ && $sel->can_read(20)) {
+        last unless sysread($r, $line, 64, length $line);
+    }
+    close $r;
+    my ($port) = $line =~ /^(\d+)\n/;
+    if (!$port) {
+        stop_child($pid, 'KILL', 1);
+        die "$what did not start ('$line')\n";
+    }
+    return ($pid, $port);
 }
 
 # Ends a child process started in the background (redis-server, a proxy): $sig (TERM), then
