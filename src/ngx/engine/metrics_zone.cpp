@@ -19,7 +19,14 @@ ngx_int_t init_zone(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     if (shm == nullptr) return NGX_ERROR;
     ngx_log_t* log = shm_zone->shm.log;
     auto** zones = static_cast<rl_zone_t**>(ecf->zones.elts);
-    for (ngx_uint_t i = 0; i < ecf->zones.nelts; i++) zones[i]->metrics = rl_metrics_zone_entry(shm, zones[i]->name, log);
+    for (ngx_uint_t i = 0; i < ecf->zones.nelts; i++) {
+        rl_zone_t* zone = zones[i];
+        zone->metrics = rl_metrics_zone_entry(shm, zone->name, log);
+        if (zone->metrics == nullptr) continue;
+        zone->metrics->kind = (zone->concurrency ? RL_MZ_CONCURRENCY : 0) |
+                              (zone->store_id == RL_STORE_ID_REDIS && !zone->concurrency ? RL_MZ_REDIS : 0) |
+                              (zone->sync_us != 0 ? RL_MZ_SYNC : 0);
+    }
     auto** redis = static_cast<rl_redis_t**>(ecf->redis.elts);
     for (ngx_uint_t i = 0; i < ecf->redis.nelts; i++) {
         redis[i]->conn.metrics = rl_metrics_redis_entry(shm, redis[i]->name, log);

@@ -10,7 +10,10 @@
 // A zone's counters and table figures, read at once.
 struct rl_zone_snapshot_t {
     std::string_view name;
-    uint64_t requests[RL_RESULT_N];
+    std::string_view subsystem;  // "" for the reader's own zones; another front end's ("stream")
+    uint64_t requests[RL_RESULT_N];   // another front end's: its connections and sessions
+    uint64_t datagrams[RL_RESULT_N];
+    bool table;  // its table's figures are known (the reader's own zones)
     uint64_t keys, capacity, evictions;
     bool concurrency;   // concurrency=N: its in-flight gauge
     int64_t in_flight;
@@ -23,6 +26,7 @@ struct rl_zone_snapshot_t {
 
 struct rl_redis_snapshot_t {
     std::string_view name;
+    std::string_view subsystem;  // as a zone's
     uint64_t calls, checks, errors[RL_REDIS_ERR_N], reconnects, moved, ask;
     int64_t in_flight;
     uint64_t round_trip[kRlRoundTripBuckets + 1];
@@ -38,3 +42,8 @@ struct rl_snapshot_t {
 
 // The snapshot of `ecf`'s zones and Redis servers that have counters, in `pool`; false without memory.
 bool rl_snapshot_take(ngx_pool_t* pool, const rl_engine_conf_t* ecf, rl_snapshot_t* s) noexcept;
+// Adds the counters another front end (another .so) keeps in the metrics zone `name` of
+// `cycle`, as its `subsystem`: its zones (their counters only) and Redis servers. Nothing when
+// there is no such zone, or it has another build's layout. False without memory.
+bool rl_snapshot_add(ngx_pool_t* pool, ngx_cycle_t* cycle, const ngx_str_t& name, std::string_view subsystem,
+                     rl_snapshot_t* s) noexcept;

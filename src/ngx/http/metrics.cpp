@@ -19,120 +19,122 @@ const std::string_view kErrorNames[RL_REDIS_ERR_N] = {
     "timeout", "refused", "reset", "protocol", "error_reply", "overflow", "out_of_bounds", "tls",
 };
 
-// One family of counters with one label per zone (or per ratelimit_redis).
-template <typename T, typename F>
-void per_name(rl::MetricsWriter& w, const char* name, const char* label, const T* items, ngx_uint_t n, F value) {
-    for (ngx_uint_t i = 0; i < n; i++) {
-        rl::MetricLabel l{label, items[i].name};
-        w.sample(name, &l, 1, value(items[i]));
+// A sample's labels: the zone's or the ratelimit_redis's name, the subsystem of another front
+// end's (stream), and one more label when given.
+struct labels_t {
+    rl::MetricLabel l[3];
+    size_t n = 0;
+    labels_t(const char* key, std::string_view name, std::string_view subsystem, const char* extra = nullptr,
+             std::string_view value = {}) {
+        l[n++] = {key, name};
+        if (!subsystem.empty()) l[n++] = {"subsystem", subsystem};
+        if (extra != nullptr) l[n++] = {extra, value};
     }
-}
+};
 
-// sync=TIME zones only: one family each, a sample per sync zone.
-template <typename F>
-void per_sync_zone(rl::MetricsWriter& w, const char* name, const char* help, const char* type, const rl_snapshot_t& s,
-                   F value) {
+// One family with a sample per item `want` takes.
+template <typename T, typename Want, typename F>
+void family(rl::MetricsWriter& w, const char* name, const char* help, const char* type, const char* key,
+            const T* items, ngx_uint_t n, Want want, F value) {
     bool any = false;
-    for (ngx_uint_t i = 0; i < s.nzones; i++) any = any || s.zones[i].sync;
+    for (ngx_uint_t i = 0; i < n; i++) any = any || want(items[i]);
     if (!any) return;
     w.family(name, help, type);
-    for (ngx_uint_t i = 0; i < s.nzones; i++) {
-        if (!s.zones[i].sync) continue;
-        rl::MetricLabel l{"zone", s.zones[i].name};
-        w.sample(name, &l, 1, value(s.zones[i]));
+    for (ngx_uint_t i = 0; i < n; i++) {
+        if (!want(items[i])) continue;
+        labels_t l(key, items[i].name, items[i].subsystem);
+        w.sample(name, l.l, l.n, value(items[i]));
     }
 }
 
-void write_sync(rl::MetricsWriter& w, const rl_snapshot_t& s) {
-    per_sync_zone(w, "nginx_ratelimit_sync_rounds_total", "Reconciliations of sync zones with Redis (one per "
-                  "interval per host).", "counter", s, [](const rl_zone_snapshot_t& z) { return z.sync_rounds; });
-    per_sync_zone(w, "nginx_ratelimit_sync_keys_total", "Keys sent to Redis by those reconciliations and by lease "
-                  "asks.", "counter", s, [](const rl_zone_snapshot_t& z) { return z.sync_keys; });
-    per_sync_zone(w, "nginx_ratelimit_sync_failures_total", "Reconciliations or lease asks that failed (their keys "
-                  "are sent again).", "counter", s, [](const rl_zone_snapshot_t& z) { return z.sync_failures; });
-    per_sync_zone(w, "nginx_ratelimit_sync_hosts", "Hosts that reconciled the zone recently, as Redis counts them.",
-                  "gauge", s, [](const rl_zone_snapshot_t& z) { return z.sync_hosts; });
+// A family of counters by result: the zones `want` takes, each result of `counts`.
+template <typename Want, typename Counts>
+void by_result(rl::MetricsWriter& w, const char* name, const char* help, const rl_snapshot_t& s, Want want,
+               Counts counts) {
+    bool any = false;
+    for (ngx_uint_t i = 0; i < s.nzones; i++) any = any || want(s.zones[i]);
+    if (!any) return;
+    w.family(name, help, "counter");
+    for (ngx_uint_t i = 0; i < s.nzones; i++) {
+        if (!want(s.zones[i])) continue;
+        const uint64_t* c = counts(s.zones[i]);
+        for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) {
+            rl::MetricLabel l[] = {{"zone", s.zones[i].name}, {"result", kResultNames[k]}};
+            w.sample(name, l, 2, c[k]);
+        }
+    }
 }
 
 void write_zones(rl::MetricsWriter& w, const rl_snapshot_t& s) {
-    if (s.nzones == 0) return;
-    w.family("nginx_ratelimit_requests_total",
-             "Requests by zone and by what the zone decided (counted once per zone that applied).", "counter");
-    for (ngx_uint_t i = 0; i < s.nzones; i++) {
-        for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) {
-            rl::MetricLabel l[] = {{"zone", s.zones[i].name}, {"result", kResultNames[k]}};
-            w.sample("nginx_ratelimit_requests_total", l, 2, s.zones[i].requests[k]);
-        }
-    }
-    w.family("nginx_ratelimit_zone_keys", "Keys held in the zone's shared memory.", "gauge");
-    per_name(w, "nginx_ratelimit_zone_keys", "zone", s.zones, s.nzones, [](const rl_zone_snapshot_t& z) { return z.keys; });
-    w.family("nginx_ratelimit_zone_capacity_keys", "Keys the zone's shared memory can hold.", "gauge");
-    per_name(w, "nginx_ratelimit_zone_capacity_keys", "zone", s.zones, s.nzones,
-             [](const rl_zone_snapshot_t& z) { return z.capacity; });
-    w.family("nginx_ratelimit_zone_evictions_total", "Least recently used keys dropped to make room for new ones.",
-             "counter");
-    per_name(w, "nginx_ratelimit_zone_evictions_total", "zone", s.zones, s.nzones,
-             [](const rl_zone_snapshot_t& z) { return z.evictions; });
-    bool any = false;
-    for (ngx_uint_t i = 0; i < s.nzones; i++) any = any || s.zones[i].concurrency;
-    if (any) {
-        w.family("nginx_ratelimit_in_flight", "Requests of this host holding a slot of a concurrency zone.", "gauge");
-        for (ngx_uint_t i = 0; i < s.nzones; i++) {
-            if (!s.zones[i].concurrency) continue;
-            rl::MetricLabel l{"zone", s.zones[i].name};
-            w.sample("nginx_ratelimit_in_flight", &l, 1, s.zones[i].in_flight);
-        }
-    }
-    any = false;
-    for (ngx_uint_t i = 0; i < s.nzones; i++) any = any || s.zones[i].redis;
-    if (any) {
-        w.family("nginx_ratelimit_settle_failures_total",
-                 "Settles (settle=) Redis did not take after a second try: their difference is lost.", "counter");
-        for (ngx_uint_t i = 0; i < s.nzones; i++) {
-            if (!s.zones[i].redis) continue;
-            rl::MetricLabel l{"zone", s.zones[i].name};
-            w.sample("nginx_ratelimit_settle_failures_total", &l, 1, s.zones[i].settle_failures);
-        }
-    }
-    write_sync(w, s);
+    const rl_zone_snapshot_t* z = s.zones;
+    auto own = [](const rl_zone_snapshot_t& x) { return x.subsystem.empty(); };
+    auto stream = [](const rl_zone_snapshot_t& x) { return !x.subsystem.empty(); };
+    by_result(w, "nginx_ratelimit_requests_total", "Requests by zone and by what the zone decided (counted once per "
+              "zone that applied).", s, own, [](const rl_zone_snapshot_t& x) { return x.requests; });
+    by_result(w, "nginx_ratelimit_connections_total", "stream{}: TCP connections and UDP sessions by zone and by what "
+              "the zone decided.", s, stream, [](const rl_zone_snapshot_t& x) { return x.requests; });
+    by_result(w, "nginx_ratelimit_datagrams_total", "stream{}: datagrams of admitted UDP sessions by zone (at=datagram) "
+              "and by what the zone decided.", s, stream, [](const rl_zone_snapshot_t& x) { return x.datagrams; });
+    auto table = [](const rl_zone_snapshot_t& x) { return x.table; };
+    family(w, "nginx_ratelimit_zone_keys", "Keys held in the zone's shared memory.", "gauge", "zone", z, s.nzones,
+           table, [](const rl_zone_snapshot_t& x) { return x.keys; });
+    family(w, "nginx_ratelimit_zone_capacity_keys", "Keys the zone's shared memory can hold.", "gauge", "zone", z,
+           s.nzones, table, [](const rl_zone_snapshot_t& x) { return x.capacity; });
+    family(w, "nginx_ratelimit_zone_evictions_total", "Least recently used keys dropped to make room for new ones.",
+           "counter", "zone", z, s.nzones, table, [](const rl_zone_snapshot_t& x) { return x.evictions; });
+    family(w, "nginx_ratelimit_in_flight", "Requests (stream: connections, sessions) of this host holding a slot of "
+           "a concurrency zone.", "gauge", "zone", z, s.nzones, [](const rl_zone_snapshot_t& x) { return x.concurrency; },
+           [](const rl_zone_snapshot_t& x) { return x.in_flight; });
+    family(w, "nginx_ratelimit_settle_failures_total", "Settles (settle=) Redis did not take after a second try: "
+           "their difference is lost.", "counter", "zone", z, s.nzones,
+           [](const rl_zone_snapshot_t& x) { return x.redis && x.subsystem.empty(); },
+           [](const rl_zone_snapshot_t& x) { return x.settle_failures; });
+    auto sync = [](const rl_zone_snapshot_t& x) { return x.sync; };
+    family(w, "nginx_ratelimit_sync_rounds_total", "Reconciliations of sync zones with Redis (one per interval per "
+           "host).", "counter", "zone", z, s.nzones, sync, [](const rl_zone_snapshot_t& x) { return x.sync_rounds; });
+    family(w, "nginx_ratelimit_sync_keys_total", "Keys sent to Redis by those reconciliations and by lease asks.",
+           "counter", "zone", z, s.nzones, sync, [](const rl_zone_snapshot_t& x) { return x.sync_keys; });
+    family(w, "nginx_ratelimit_sync_failures_total", "Reconciliations or lease asks that failed (their keys are sent "
+           "again).", "counter", "zone", z, s.nzones, sync, [](const rl_zone_snapshot_t& x) { return x.sync_failures; });
+    family(w, "nginx_ratelimit_sync_hosts", "Hosts that reconciled the zone recently, as Redis counts them.", "gauge",
+           "zone", z, s.nzones, sync, [](const rl_zone_snapshot_t& x) { return x.sync_hosts; });
 }
 
 void write_redis(rl::MetricsWriter& w, const rl_snapshot_t& s) {
-    if (s.nredis == 0) return;
     const rl_redis_snapshot_t* d = s.redis;
-    w.family("nginx_ratelimit_redis_calls_total", "Script runs sent to Redis (each carries the checks of many requests).",
-             "counter");
-    per_name(w, "nginx_ratelimit_redis_calls_total", "redis", d, s.nredis, [](const rl_redis_snapshot_t& x) { return x.calls; });
-    w.family("nginx_ratelimit_redis_checks_total", "Checks (one per request and zone) carried by those script runs.",
-             "counter");
-    per_name(w, "nginx_ratelimit_redis_checks_total", "redis", d, s.nredis, [](const rl_redis_snapshot_t& x) { return x.checks; });
+    ngx_uint_t n = s.nredis;
+    auto all = [](const rl_redis_snapshot_t&) { return true; };
+    family(w, "nginx_ratelimit_redis_calls_total", "Script runs sent to Redis (each carries the checks of many "
+           "requests).", "counter", "redis", d, n, all, [](const rl_redis_snapshot_t& x) { return x.calls; });
+    family(w, "nginx_ratelimit_redis_checks_total", "Checks (one per request and zone) carried by those script runs.",
+           "counter", "redis", d, n, all, [](const rl_redis_snapshot_t& x) { return x.checks; });
+    if (n == 0) return;
     w.family("nginx_ratelimit_redis_errors_total", "Redis failures by reason; ratelimit_on_error applied to the "
              "requests concerned.", "counter");
-    for (ngx_uint_t i = 0; i < s.nredis; i++) {
+    for (ngx_uint_t i = 0; i < n; i++) {
         for (ngx_uint_t k = 0; k < RL_REDIS_ERR_N; k++) {
-            rl::MetricLabel l[] = {{"redis", d[i].name}, {"reason", kErrorNames[k]}};
-            w.sample("nginx_ratelimit_redis_errors_total", l, 2, d[i].errors[k]);
+            labels_t l("redis", d[i].name, d[i].subsystem, "reason", kErrorNames[k]);
+            w.sample("nginx_ratelimit_redis_errors_total", l.l, l.n, d[i].errors[k]);
         }
     }
-    w.family("nginx_ratelimit_redis_reconnects_total", "Connections opened again after a failure.", "counter");
-    per_name(w, "nginx_ratelimit_redis_reconnects_total", "redis", d, s.nredis,
-             [](const rl_redis_snapshot_t& x) { return x.reconnects; });
-    w.family("nginx_ratelimit_redis_in_flight", "Commands sent and not answered yet, in all workers.", "gauge");
-    per_name(w, "nginx_ratelimit_redis_in_flight", "redis", d, s.nredis, [](const rl_redis_snapshot_t& x) { return x.in_flight; });
+    family(w, "nginx_ratelimit_redis_reconnects_total", "Connections opened again after a failure.", "counter", "redis",
+           d, n, all, [](const rl_redis_snapshot_t& x) { return x.reconnects; });
+    family(w, "nginx_ratelimit_redis_in_flight", "Commands sent and not answered yet, in all workers.", "gauge", "redis",
+           d, n, all, [](const rl_redis_snapshot_t& x) { return x.in_flight; });
     w.family("nginx_ratelimit_redis_redirects_total", "Redis Cluster redirections (MOVED, ASK) followed.", "counter");
-    for (ngx_uint_t i = 0; i < s.nredis; i++) {
-        rl::MetricLabel moved[] = {{"redis", d[i].name}, {"kind", "moved"}};
-        w.sample("nginx_ratelimit_redis_redirects_total", moved, 2, d[i].moved);
-        rl::MetricLabel ask[] = {{"redis", d[i].name}, {"kind", "ask"}};
-        w.sample("nginx_ratelimit_redis_redirects_total", ask, 2, d[i].ask);
+    for (ngx_uint_t i = 0; i < n; i++) {
+        labels_t moved("redis", d[i].name, d[i].subsystem, "kind", "moved");
+        w.sample("nginx_ratelimit_redis_redirects_total", moved.l, moved.n, d[i].moved);
+        labels_t ask("redis", d[i].name, d[i].subsystem, "kind", "ask");
+        w.sample("nginx_ratelimit_redis_redirects_total", ask.l, ask.n, d[i].ask);
     }
     w.family("nginx_ratelimit_redis_round_trip_seconds", "Time from writing a script run to reading its reply.",
              "histogram");
     double bounds[kRlRoundTripBuckets];
     for (ngx_uint_t k = 0; k < kRlRoundTripBuckets; k++) bounds[k] = static_cast<double>(kRlRoundTripBoundsNs[k]) / 1e9;
-    for (ngx_uint_t i = 0; i < s.nredis; i++) {
-        rl::MetricLabel l{"redis", d[i].name};
-        w.histogram("nginx_ratelimit_redis_round_trip_seconds", &l, 1, bounds, d[i].round_trip, kRlRoundTripBuckets,
+    for (ngx_uint_t i = 0; i < n; i++) {
+        labels_t l("redis", d[i].name, d[i].subsystem);
+        w.histogram("nginx_ratelimit_redis_round_trip_seconds", l.l, l.n, bounds, d[i].round_trip, kRlRoundTripBuckets,
                     d[i].round_trip_s);
     }
 }
@@ -144,6 +146,10 @@ ngx_int_t rl_metrics_handler(ngx_http_request_t* r) noexcept {
     auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_get_module_main_conf(r, ngx_http_ratelimit_module));
     rl_snapshot_t s;
     if (!rl_snapshot_take(r->pool, &mcf->engine, &s)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    // The stream module's counters, when it is loaded (its own .so, its own metrics zone).
+    static ngx_str_t stream_zone = ngx_string("ratelimit:stream");
+    auto* cycle = const_cast<ngx_cycle_t*>(ngx_cycle);
+    if (!rl_snapshot_add(r->pool, cycle, stream_zone, "stream", &s)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
 
     rl::MetricsWriter measure(nullptr, 0);
     write_zones(measure, s);

@@ -43,7 +43,13 @@ inline constexpr uint64_t kRlRoundTripBoundsNs[kRlRoundTripBuckets] = {
 };
 
 // In shared memory: plain counters, updated with atomic adds.
+// A zone's kind, as its counters tell another front end's reader (rl_metrics_zone_t::kind).
+constexpr ngx_atomic_uint_t RL_MZ_CONCURRENCY = 1;  // an in-flight zone: its in_flight gauge
+constexpr ngx_atomic_uint_t RL_MZ_REDIS = 2;        // decided in Redis per request: its settle failures
+constexpr ngx_atomic_uint_t RL_MZ_SYNC = 4;         // a sync zone
+
 struct rl_metrics_zone_t {
+    ngx_atomic_t kind;  // RL_MZ_* bits, set by the configuration that names it
     ngx_atomic_t requests[RL_RESULT_N];   // requests (http), connections and UDP sessions (stream)
     ngx_atomic_t datagrams[RL_RESULT_N];  // datagrams of admitted UDP sessions (stream, at=datagram)
     ngx_atomic_t in_flight;  // concurrency zones: slots this host's requests hold (a gauge)

@@ -102,3 +102,37 @@ rl_metrics_redis_t* rl_metrics_redis_entry(rl_metrics_shm_t* shm, const ngx_str_
     rl_metrics_entry_t* e = entry_for(shm, RL_METRICS_REDIS, name, log);
     return e ? &e->c.redis : nullptr;
 }
+
+const rl_metrics_shm_t* rl_metrics_table_find(ngx_cycle_t* cycle, const ngx_str_t& name) noexcept {
+    ngx_list_part_t* part = &cycle->shared_memory.part;
+    auto* zones = static_cast<ngx_shm_zone_t*>(part->elts);
+    for (ngx_uint_t i = 0;; i++) {
+        if (i >= part->nelts) {
+            if (part->next == nullptr) return nullptr;
+            part = part->next;
+            zones = static_cast<ngx_shm_zone_t*>(part->elts);
+            i = 0;
+            if (part->nelts == 0) continue;
+        }
+        ngx_shm_zone_t& z = zones[i];
+        if (z.shm.name.len != name.len || ngx_strncmp(z.shm.name.data, name.data, name.len) != 0) continue;
+        if (z.shm.addr == nullptr || z.shm.size < sizeof(ngx_slab_pool_t)) return nullptr;
+        auto* shm = static_cast<const rl_metrics_shm_t*>(reinterpret_cast<ngx_slab_pool_t*>(z.shm.addr)->data);
+        if (shm == nullptr || shm->magic != kMagic || shm->entry_size != sizeof(rl_metrics_entry_t)) return nullptr;
+        return shm;
+    }
+}
+
+void rl_metrics_table_each(const rl_metrics_shm_t* shm, void (*zone)(void* data, const ngx_str_t& name,
+                                                                       const rl_metrics_zone_t& c),
+                           void (*redis)(void* data, const ngx_str_t& name, const rl_metrics_redis_t& c),
+                           void* data) noexcept {
+    uint32_t n = shm->n < shm->cap ? shm->n : shm->cap;
+    for (uint32_t i = 0; i < n; i++) {
+        const rl_metrics_entry_t& e = shm->entries[i];
+        if (e.gen != shm->gen || e.name_len > kRlMetricsNameMax) continue;
+        ngx_str_t name{e.name_len, const_cast<u_char*>(e.name)};
+        if (e.kind == RL_METRICS_ZONE) zone(data, name, e.c.zone);
+        if (e.kind == RL_METRICS_REDIS) redis(data, name, e.c.redis);
+    }
+}

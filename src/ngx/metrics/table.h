@@ -27,3 +27,13 @@ rl_metrics_shm_t* rl_metrics_table(ngx_shm_zone_t* shm_zone, void* data) noexcep
 // by this configuration; nullptr when the table cannot hold it (logged).
 rl_metrics_zone_t* rl_metrics_zone_entry(rl_metrics_shm_t* shm, const ngx_str_t& name, ngx_log_t* log) noexcept;
 rl_metrics_redis_t* rl_metrics_redis_entry(rl_metrics_shm_t* shm, const ngx_str_t& name, ngx_log_t* log) noexcept;
+
+// The table of the shared memory zone `name` in `cycle`, as another front end (another .so)
+// laid it out: nullptr when there is none, or when its layout is not this build's.
+const rl_metrics_shm_t* rl_metrics_table_find(ngx_cycle_t* cycle, const ngx_str_t& name) noexcept;
+// Calls zone(name, counters) and redis(name, counters) for each entry the table's current
+// configuration names.
+void rl_metrics_table_each(const rl_metrics_shm_t* shm, void (*zone)(void* data, const ngx_str_t& name,
+                                                                       const rl_metrics_zone_t& c),
+                           void (*redis)(void* data, const ngx_str_t& name, const rl_metrics_redis_t& c),
+                           void* data) noexcept;
