@@ -11,7 +11,8 @@
 #   ./build.sh test-asan  run prove t/ against the sanitizer build
 #   ./build.sh bench      run tests/bench/run.sh, then tests/bench/instructions.sh (not tests)
 #   ./build.sh stop       stop the nginx started by run
-#   ./build.sh deb        build build/libnginx-mod-http-ratelimit_<version>_<arch>.deb, check it with lintian
+#   ./build.sh deb        build build/libnginx-mod-{http,stream}-ratelimit_<version>_<arch>.deb, check them
+#                         with lintian
 # NGINX_SRC=/path/to/nginx-source builds against that tree (configured --with-compat, with
 # nginx's default compiler flags) instead of Debian's nginx-dev.
 set -euo pipefail
@@ -193,7 +194,8 @@ asan_env() {
 # .deb and its build log (deb.log) go to build/; lintian fails the command on an error.
 do_deb() {
     ensure_packages dpkg-dev:dpkg-buildpackage debhelper:dh lintian:lintian build-essential:/usr/share/build-essential/list \
-        nginx-dev:/usr/share/nginx/src/configure libhiredis-dev:/usr/include/hiredis/hiredis.h
+        nginx-dev:/usr/share/nginx/src/configure libhiredis-dev:/usr/include/hiredis/hiredis.h \
+        libnginx-mod-stream:/usr/lib/nginx/modules/ngx_stream_module.so
     local tmp
     tmp=$(mktemp -d)
     # shellcheck disable=SC2064
@@ -203,13 +205,16 @@ do_deb() {
     log "dpkg-buildpackage"
     (cd "$tmp/src" && DEB_BUILD_OPTIONS="parallel=$JOBS" dpkg-buildpackage -b -us -uc >"$BUILD/deb.log" 2>&1) \
         || { tail -40 "$BUILD/deb.log"; exit 1; }
-    rm -f "$BUILD"/libnginx-mod-http-ratelimit_*.deb
-    cp "$tmp"/libnginx-mod-http-ratelimit_*.deb "$BUILD/"
-    local deb
-    deb=$(ls "$BUILD"/libnginx-mod-http-ratelimit_*.deb)
-    log "lintian"
-    lintian --fail-on error "$deb"
-    log "built $deb"
+    # Two packages: the http module and the stream module.
+    local pkg deb
+    for pkg in libnginx-mod-http-ratelimit libnginx-mod-stream-ratelimit; do
+        rm -f "$BUILD/${pkg}"_*.deb
+        cp "$tmp/${pkg}"_*.deb "$BUILD/"
+        deb=$(ls "$BUILD/${pkg}"_*.deb)
+        log "lintian $deb"
+        lintian --fail-on error "$deb"
+        log "built $deb"
+    done
 }
 
 do_run() {
