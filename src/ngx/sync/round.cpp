@@ -242,11 +242,16 @@ void rl_sync_round_done(rl_sync_batch_t* b) noexcept {
 }
 
 ngx_int_t rl_sync_start(ngx_cycle_t* cycle, const ngx_array_t* all) noexcept {
+    if (rl_sync_log == nullptr) rl_sync_lease_init(cycle->log);  // once per worker
     rl_sync_log = cycle->log;
-    rl_sync_lease_init(cycle->log);
     auto** zones = static_cast<rl_zone_t**>(all->elts);
-    rl_sync_zones = static_cast<rl_sync_zone_t**>(ngx_calloc(all->nelts * sizeof(rl_sync_zone_t*) + 1, cycle->log));
-    if (rl_sync_zones == nullptr) return NGX_ERROR;
+    // Appended to the worker's list: two front ends built into one binary share it.
+    auto** list = static_cast<rl_sync_zone_t**>(
+        ngx_calloc((rl_sync_nzones + all->nelts) * sizeof(rl_sync_zone_t*) + 1, cycle->log));
+    if (list == nullptr) return NGX_ERROR;
+    if (rl_sync_nzones > 0) ngx_memcpy(list, rl_sync_zones, rl_sync_nzones * sizeof(rl_sync_zone_t*));
+    ngx_free(rl_sync_zones);
+    rl_sync_zones = list;
     for (ngx_uint_t i = 0; i < all->nelts; i++) {
         rl_zone_t* zone = zones[i];
         if (zone->sync_mode == RL_SYNC_OFF || zone->sync_shm == nullptr || zone->redis == nullptr) continue;
