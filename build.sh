@@ -71,7 +71,7 @@ configure_make() {
     local src=$1 objs=$2 target=$3
     shift 3
     local stamp="$objs/.configured"
-    local want="$src $* $(cd "$ROOT" && cat config config.make && find src -name '*.cpp' -o -name '*.h' | LC_ALL=C sort)"
+    local want="$src $* $(cd "$ROOT" && cat config config.make && find src -name '*.cpp' -o -name '*.h' -o -name '*.lua' | LC_ALL=C sort)"
     if [[ ! -f $stamp || $(cat "$stamp") != "$want" || ! -f $objs/Makefile ]]; then
         log "configuring $src"
         mkdir -p "$objs"
