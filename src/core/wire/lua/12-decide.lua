@@ -59,6 +59,17 @@ local function shape(blob)
   return ngroups, nchecks
 end
 
+-- A check's record (redis_command.h) at byte p of the checks argument, or nothing if it is
+-- malformed (kMaxConcurrency bounds a call's slots).
+local function read_check(blob, p)
+  local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu, bl = sunpack('<ddddddddddddd', blob, p)
+  if algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
+     and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= -1 and dl >= -1 and mu >= -1
+     and (algo < 6 or req <= 1000000) and bl >= 0 and bl % 1 == 0 then
+    return algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu, bl
+  end
+end
+
 -- Each record is checked before its group decides: a bad one fails the call, and a single
 -- group then has written nothing. A batch writes its hash states and its concurrency keys at
 -- the end, but a log as soon as its group is admitted, and a concurrency key's slots beyond
@@ -81,13 +92,8 @@ local function first_bad(blob)
     local n = sunpack('<d', blob, p)
     p = p + 8
     for _ = 1, n do
-      local algo, req, per, burst, refill, tok, depth, wsc, cost, _, dl, mu, bl = sunpack('<ddddddddddddd', blob, p)
       k = k + 1
-      if not (algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-              and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= -1 and dl >= -1 and mu >= -1
-              and (algo < 6 or req <= 1000000) and bl >= 0 and bl % 1 == 0) then
-        return k
-      end
+      if not read_check(blob, p) then return k end
       p = p + 104
     end
   end

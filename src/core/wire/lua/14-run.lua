@@ -49,13 +49,8 @@ local function run(keys, argv)
         local q, j = p + (i - 1) * 104, o + 4 * (i - 1)
         -- pass 2: the group was rejected; its checks that allowed report a cost-0 request.
         if pass == 1 or out[j + 1] == 1 then
-          local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu, bl =
-            sunpack('<ddddddddddddd', blob, q)
-          if not (algo >= 0 and algo <= 6 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-                  and tok >= 1 and depth >= 1 and wsc >= 1 and cost >= -1 and dl >= -1 and mu >= -1
-                  and (algo < 6 or req <= 1000000) and bl >= 0 and bl % 1 == 0) then  -- kMaxConcurrency: bounds a call's slots
-            return redis.error_reply('ERR ratelimit script: bad check ' .. (k + i))
-          end
+          local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu, bl = read_check(blob, q)
+          if not algo then return redis.error_reply('ERR ratelimit script: bad check ' .. (k + i)) end
           local key = keys[k + i]
           local units, refund_it = cost, refunding and cost > 0  -- refund: then whether it changed anything
           if pass == 2 or refunding then cost = 0 end
