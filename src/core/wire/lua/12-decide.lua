@@ -1,6 +1,4 @@
 -- decide.cpp, and the Redis side of it: storage, groups, batches ------------------------------
--- (run, in 14-run.lua, dispatches and reads the states itself: a Lua call per check costs a
--- few percent of it)
 
 -- After reset (us) the state is worth a fresh key's: the key expires then (rounded up to the
 -- millisecond, plus one), so idle keys leave nothing behind.
