@@ -56,14 +56,15 @@ test_deps() {
     # openssl and IO::Socket::SSL: the TLS tests make their PKI and talk to Redis over TLS;
     # fail2ban (fail2ban-regex): t/75-fail2ban.t runs the example filter over a real error log;
     # python3-grpcio: t/82-settle.t's gRPC upstream and client (t/lib/grpc_tokens.py);
-    # chromium: t/90-dashboard-page.t drives the dashboard in it (headless, t/lib/cdp_page.py).
+    # chromium: t/90-dashboard-page.t drives the dashboard in it (headless, t/lib/cdp_page.py);
+    # lua5.1 (luac5.1): the Lua's files parse as the Lua 5.1 Redis runs (tests/lua_source_test.cpp).
     ensure_packages cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
         libhiredis-dev:/usr/include/hiredis/hiredis.h redis-server:redis-server redis-tools:redis-cli \
         redis-sentinel:redis-sentinel libnet-dns-perl:/usr/share/perl5/Net/DNS.pm \
         perl:prove curl:curl wrk:wrk prometheus:promtool python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client \
         openssl:openssl libio-socket-ssl-perl:/usr/share/perl5/IO/Socket/SSL.pm \
         fail2ban:fail2ban-regex libhowardhinnant-date-dev:/usr/include/date/tz.h faketime:faketime \
-        python3-grpcio:/usr/lib/python3/dist-packages/grpc chromium:/usr/bin/chromium
+        python3-grpcio:/usr/lib/python3/dist-packages/grpc chromium:/usr/bin/chromium lua5.1:luac5.1
 }
 
 # Configures the nginx tree $1 with objects in $2 (once per tree, arguments and module
@@ -73,7 +74,7 @@ configure_make() {
     local src=$1 objs=$2 target=$3
     shift 3
     local stamp="$objs/.configured"
-    local want="$src $* $(cd "$ROOT" && cat config config.make && find src -name '*.cpp' -o -name '*.h' | LC_ALL=C sort)"
+    local want="$src $* $(cd "$ROOT" && cat config config.make && find src -name '*.cpp' -o -name '*.h' -o -name '*.lua' | LC_ALL=C sort)"
     if [[ ! -f $stamp || $(cat "$stamp") != "$want" || ! -f $objs/Makefile ]]; then
         log "configuring $src"
         mkdir -p "$objs"

@@ -2,8 +2,25 @@
 # with $(CC) $(CFLAGS), and gcc rejects -std=c++17 for C files (an error under -Werror), so
 # the standard is given to this module's C++ objects alone, as make target variables. nginx
 # puts an addon's object in addon/<its folder's name>/, so no two folders share a name.
+# Hidden visibility too: nginx dlopens modules RTLD_GLOBAL and looks up only the three names
+# of its own ngx_modules.c (a C object, with nginx's flags); whatever else the module exported
+# would bind the same names in modules loaded after it (t/41-symbols.t).
 for rl_src in $rl_srcs; do
     rl_obj=`dirname "$rl_src"`
     rl_obj="$NGX_OBJS/addon/`basename "$rl_obj"`/`basename "$rl_src" .cpp`.$ngx_objext"
-    echo "$rl_obj: CFLAGS += -std=c++17" >> "$NGX_MAKEFILE"
+    echo "$rl_obj: CFLAGS += -std=c++17 -fvisibility=hidden -fvisibility-inlines-hidden" >> "$NGX_MAKEFILE"
+    case $rl_src in */redis_script.cpp) rl_script_obj=$rl_obj ;; esac
 done
+
+# The Lua Redis runs, src/core/wire/lua/*.lua, becomes the header redis_script.cpp includes
+# (config's $rl_generated is on the include path); the generator needs only sh and sed.
+rl_lua="$ngx_addon_dir/src/core/wire/lua"
+rl_lua_h="$rl_generated/redis_script_lua.h"
+mkdir -p "$rl_generated"
+cat << END >> "$NGX_MAKEFILE"
+
+$rl_script_obj: $rl_lua_h
+
+$rl_lua_h: `echo "$rl_lua"/*.lua` $rl_lua/embed.sh
+	sh $rl_lua/embed.sh $rl_lua_h
+END

@@ -8,6 +8,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
+use RLTest::Symbols qw(dynamic_symbols nginx_lookups);
 use Test::More;
 use Digest::MD5;
 use Fcntl qw(:flock);
@@ -139,6 +140,9 @@ like($depends, qr/(?:^|, )libhiredis0\.14\b/m, '... and on libhiredis0.14');
 is($rc, 0, 'apt-get install ./build/...deb succeeds') or diag(tail($out));
 is(pkg_state(), 'ii', 'the package is installed');
 ok(-f $SO, "the module is in $SO");
+my ($exports, $nm_err) = dynamic_symbols($SO);
+is_deeply($exports, [nginx_lookups()], '... and defines only the names nginx looks up (as t/41-symbols.t)')
+  or diag($nm_err || join(" ", grep { defined } @{ $exports // [] }[0 .. 9]));
 is(slurp($AVAIL), "load_module modules/ngx_http_ratelimit_module.so;\n", "$AVAIL loads it");
 is(readlink($LINK) // '(no link)', $AVAIL, "$LINK enables it");
 

@@ -22,7 +22,13 @@ if [[ -n ${BASELINE_REV:-} ]]; then
     inc=$(cd "$tmp/src" && find core -name redis_script.h)  # its place in that revision's tree
     printf '#include "%s"\n#include <cstdio>\nint main() { auto t = rl::script_text(false); fwrite(t.data(), 1, t.size(), stdout); }\n' "$inc" \
         >"$tmp/dump.cpp"
-    g++ -std=c++17 -O1 -I"$tmp/src" "$tmp/dump.cpp" $(find "$tmp/src/core" -name "*.cpp") -o "$tmp/dump"
+    # Since the Lua has its own files (src/core/wire/lua/*.lua), the build makes its header.
+    mkdir -p "$tmp/generated"
+    embed=$(find "$tmp/src/core" -path '*/lua/embed.sh')
+    [[ -z $embed ]] || sh "$embed" "$tmp/generated/redis_script_lua.h"
+    # All of src/core, as a revision's script may use any of it; the calendar's needs date/tz.
+    g++ -std=c++17 -O1 -DUSE_OS_TZDB=1 -I"$tmp/src" -I"$tmp/generated" "$tmp/dump.cpp" \
+        $(find "$tmp/src/core" -name "*.cpp") -ldate-tz -o "$tmp/dump"
     "$tmp/dump" >"$tmp/baseline.lua"
     extra=(--eval "baseline=$tmp/baseline.lua")
 fi

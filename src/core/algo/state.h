@@ -1,5 +1,5 @@
 // Per-key state: plain data, fixed size, kept in a shared-memory slot or, in Redis, as one
-// 24-byte string (three little-endian doubles, exact below 2^53: see redis_script.cpp).
+// 24-byte string (three little-endian doubles, exact below 2^53: see wire/lua/00-head.lua).
 // The meaning of the three fields depends on the algorithm (see each algorithm's file);
 // a zeroed State is a fresh key for every algorithm.
 #pragma once

@@ -1,7 +1,7 @@
 // Zones with sync=TIME: every request is decided in the host's shared memory; every TIME one
 // worker of the host reconciles the keys used since with Redis. Pure functions of the core:
 // what a host records per key, how Redis merges it into the global state, and how a lease
-// of units is granted (sync_mode=lease). The Lua's "sync" mode mirrors them (redis_script.cpp).
+// of units is granted (sync_mode=lease). The Lua's "sync" mode mirrors them (wire/lua/13-sync.lua).
 //
 // optimistic: a host admits against its view (the global state Redis last returned, plus
 //   what the host admitted since). It sends its delta, Redis adds it (never overwrites), and
