@@ -78,7 +78,7 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
             r.le_double(slots ? static_cast<int64_t>(c.seq & kSeqMask) : c.at);
             r.le_double(cal ? p.win.next : p.delay_level);
             r.le_double(p.max_delay_units);
-            r.le_double(p.block_us);
+            r.le_double(mode == "decide" ? p.block_us : c.admitted_at);
         }
     }
     r.end_bulk();
@@ -171,12 +171,32 @@ size_t write_refresh_command(char* buf, std::string_view prefix, const RedisChec
     return n > 0 ? refresh_command(buf, prefix, checks, n, score_us) : 0;
 }
 
-size_t reset_command(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& hash) noexcept {
-    static constexpr std::string_view kBlock = ":block";
+namespace {
+
+// The reset's own script: KEYS are the state keys and their blocks, then the marker; ARGV the
+// time (0: Redis's) and the marker's life in ms.
+constexpr std::string_view kResetScript =
+    "redis.replicate_commands()\n"
+    "local n = redis.call('DEL', unpack(KEYS, 1, #KEYS - 1))\n"
+    "local t = tonumber(ARGV[1])\n"
+    "if t == 0 then\n"
+    "  local x = redis.call('TIME')\n"
+    "  t = tonumber(x[1]) * 1000000 + tonumber(x[2])\n"
+    "end\n"
+    "redis.call('SET', KEYS[#KEYS], string.format('%d', t), 'PX', ARGV[2])\n"
+    "return n\n";
+
+}  // namespace
+
+size_t reset_command(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& hash,
+                     int64_t injected_now_us) noexcept {
+    static constexpr std::string_view kBlock = ":block", kReset = "reset";
     constexpr int kAlgos = static_cast<int>(Algo::concurrency) + 1;
     Resp r(buf);
-    r.array(1 + 2 * kAlgos);
-    r.bulk("DEL");
+    r.array(3 + 2 * kAlgos + 1 + 2);
+    r.bulk("EVAL");
+    r.bulk(kResetScript);
+    r.bulk_int(2 * kAlgos + 1);
     for (int a = 0; a < kAlgos; a++) {
         auto algo = static_cast<Algo>(a);
         r.bulk_key(prefix, zone, hash, algo);
@@ -186,6 +206,15 @@ size_t reset_command(char* buf, std::string_view prefix, std::string_view zone, 
             std::memcpy(at + len, kBlock.data(), kBlock.size());
         });
     }
+    // The marker: the log's key (its name "log" is shorter than "reset"), written in place and
+    // its name after the hash tag's "}:" replaced.
+    const size_t base = redis_key_len(prefix, zone, Algo::log) - algo_name(Algo::log).size();
+    r.bulk_written(base + kReset.size(), [&](char* at) {
+        redis_key(at, prefix, zone, hash, Algo::log);
+        std::memcpy(at + base, kReset.data(), kReset.size());
+    });
+    r.bulk_int(injected_now_us);
+    r.bulk_int(kResetMemoryMs);
     return r.size();
 }
 
