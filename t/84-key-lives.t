@@ -8,7 +8,8 @@
 #    once), and the same after an eviction;
 #  - quantity=5 settle=0 (a window of 5): Q1 runs across a DELETE, 5 new requests fill the new
 #    window, Q1's give-back of 5 does not reach it (never more than 5 in the window); the same
-#    across a reload that resets the zone's layout (the old worker's give-back).
+#    across a reload that resets the zone's layout (the old worker's give-back), and in sync
+#    zones (optimistic: the view and its unsent delta; lease: the units it holds).
 # Redis per request (the DELETE keeps the time of the reset beside the key,
 # "<prefix>{<zone>:<hash>}:reset"; a refund or charge of an admission before it changes nothing):
 #  - quantity=5 settle=0 across a DELETE, as above;
@@ -55,6 +56,9 @@ my $zones = <<"EOF";
     ratelimit_zone rw key=\$arg_key requests=5 period=1h redis=main;
     ratelimit_zone cr key=\$arg_k concurrency=1 redis=main;
     ratelimit_zone crw key=\$arg_key concurrency=10 redis=main;
+    ratelimit_zone so key=\$arg_k requests=5 period=1h redis=main sync=100ms;
+    ratelimit_zone sl key=\$arg_k requests=5 period=1h redis=main sync=100ms sync_mode=lease;
+    ratelimit_zone sw key=\$arg_key requests=5 period=1h;
 EOF
 my $locations = <<"EOF";
         add_header X-Status \$ratelimit_status always;
@@ -72,6 +76,10 @@ my $locations = <<"EOF";
         location /re     { ratelimit zone=re quantity=5 settle=0; ratelimit zone=rw quantity=5 settle=0; proxy_pass $up; }
         location /re1    { ratelimit zone=re; empty_gif; }
         location /cr     { ratelimit zone=cr; ratelimit zone=crw; proxy_pass $up; }
+        location /so     { ratelimit zone=so quantity=5 settle=0; ratelimit zone=sw quantity=5 settle=0; proxy_pass $up; }
+        location /so1    { ratelimit zone=so; empty_gif; }
+        location /sl     { ratelimit zone=sl quantity=5 settle=0; ratelimit zone=sw quantity=5 settle=0; proxy_pass $up; }
+        location /sl1    { ratelimit zone=sl; empty_gif; }
         location /api/   { ratelimit_api write=on; }
 EOF
 sub http_conf {
@@ -211,6 +219,11 @@ conc_across_delete('/c1', 'c1', 'cw', 'concurrency=1 across a DELETE');
 }
 
 settle_across_delete('/q', 'q5', 'qw', 'a settle across a DELETE');
+
+# A sync zone's view (and unsent delta), or its lease, is the key's state in shared memory: the
+# same rule (the witness's settle is handled in the same pass).
+settle_across_delete('/so', 'so', 'sw', 'a sync (optimistic) settle across a DELETE');
+settle_across_delete('/sl', 'sl', 'sw', 'a sync (lease) settle across a DELETE');
 
 # ---------------------------------------------------------- Redis per request
 
