@@ -209,7 +209,8 @@ sub hit { my ($path, $count) = @_; return join ' ', map { ($nx->get($path))[0] /
     ($st, $j) = api('DELETE', '/api/zones/red?key=r');
     is($st, 200, 'DELETE a Redis key');
     cmp_ok($j->{redis_keys_deleted} // 0, '>=', 1, 'its Redis key deleted');
-    is(scalar(grep { !/:block$/ } $redis->keys_matching('t77:*')), 0, 'no state left in Redis');
+    is(scalar(grep { !/:block$/ && !/:reset$/ } $redis->keys_matching('t77:*')), 0, 'no state left in Redis');
+    is(scalar(grep { /:reset$/ } $redis->keys_matching('t77:*')), 1, "the reset's time kept beside the key (issue 30)");
     ($st, $j) = api('GET', '/api/zones/red?key=r');
     is($j->{remaining}, 5, 'the key starts afresh');
     is(hit('/red?k=r', 1), '200', 'and passes (no rejection remembered)');

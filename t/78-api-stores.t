@@ -78,7 +78,7 @@ sub wait_api {
 }
 
 # The zone's state keys in Redis (not the replies sync calls keep, ":call:<id>").
-sub state_keys { my ($z) = @_; return grep { !/:call:/ } $redis->keys_matching("t78:{$z:*") }
+sub state_keys { my ($z) = @_; return grep { !/:call:/ && !/:reset$/ } $redis->keys_matching("t78:{$z:*") }
 
 # ------------------------------------------------------------- sync, optimistic
 

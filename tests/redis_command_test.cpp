@@ -422,18 +422,58 @@ TEST(RedisCommand, DecodeReply) {
 }  // namespace
 
 // The request path sizes its buffer with batch_command_bound: it must never be short.
-TEST(RedisCommand, ResetDeletesEveryAlgorithmsKeyAndItsBlock) {
+// The library's mode "reset": every algorithm's key and its block, then the marker that keeps
+// the reset's time, all in the key's hash tag; ARGV: the mode, the time (0: Redis's clock) and
+// the marker's life.
+TEST(RedisCommand, ResetDeletesEveryAlgorithmsKeyAndItsBlockAndKeepsItsTime) {
     const rl::KeyHash h{0x2, 0x1};
-    size_t len = rl::reset_command(nullptr, "rl:", "api", h);
-    std::string buf(len, '?');
-    ASSERT_EQ(rl::reset_command(buf.data(), "rl:", "api", h), len);
-    std::string want = "*15\r\n$3\r\nDEL\r\n";
-    for (const char* algo : {"gcra", "token", "leaky", "sliding", "fixed", "log", "concurrency"}) {
-        std::string key = std::string("rl:{api:00000000000000010000000000000002}:") + algo;
-        want += "$" + std::to_string(key.size()) + "\r\n" + key + "\r\n";
-        want += "$" + std::to_string(key.size() + 6) + "\r\n" + key + ":block\r\n";
+    for (bool injected : {false, true}) {
+        const int64_t now = 1700000000000001;
+        size_t len = rl::reset_command(nullptr, rl::CommandScript::fcall, injected, "rl:", "api", h, now);
+        std::string buf(len + 8, '?');
+        ASSERT_EQ(rl::reset_command(buf.data(), rl::CommandScript::fcall, injected, "rl:", "api", h, now), len);
+        EXPECT_EQ(buf.substr(len), std::string(8, '?')) << "wrote past the measured length";
+        buf.resize(len);
+        // FCALL of the library's function, its mode "reset", 15 keys.
+        const std::string name = rl::function_name(injected);
+        const std::string head = "*21\r\n$5\r\nFCALL\r\n$" + std::to_string(name.size()) + "\r\n" + name + "\r\n$2\r\n15\r\n";
+        ASSERT_EQ(buf.substr(0, head.size()), head);
+        std::string want;
+        for (const char* algo : {"gcra", "token", "leaky", "sliding", "fixed", "log", "concurrency"}) {
+            std::string key = std::string("rl:{api:00000000000000010000000000000002}:") + algo;
+            want += "$" + std::to_string(key.size()) + "\r\n" + key + "\r\n";
+            want += "$" + std::to_string(key.size() + 6) + "\r\n" + key + ":block\r\n";
+        }
+        want += "$47\r\nrl:{api:00000000000000010000000000000002}:reset\r\n$5\r\nreset\r\n";
+        // The time only in the tests' variant: production's is Redis's clock.
+        const std::string t = injected ? std::to_string(now) : "0";
+        want += "$" + std::to_string(t.size()) + "\r\n" + t + "\r\n$8\r\n86400000\r\n";
+        EXPECT_EQ(buf.substr(head.size()), want);
     }
-    EXPECT_EQ(buf, want);
+}
+
+// A refund's and a charge's record carry the time of the admission they are for where a
+// decide's carries its block (they never block); a decide's is unchanged.
+TEST(RedisCommand, GiveBacksCarryTheirAdmissionsTime) {
+    rl::Policy p = rltest::policy(rl::Algo::fixed, 5, 3600 * kSec);
+    p.block_us = 60 * kSec;
+    rl::RedisCheck c;
+    c.zone = "z";
+    c.hash = rl::KeyHash{1, 2};
+    c.policy = &p;
+    c.cost = 2;
+    c.at = 1700000000000002;
+    c.admitted_at = 1700000000000003;
+    const std::string admitted = doubles({1700000000000003.0}) + "\r\n";
+    std::string refund(rl::refund_command_len("p:", &c, 1), '?');
+    rl::write_refund_command(refund.data(), "p:", &c, 1);
+    EXPECT_EQ(refund.substr(refund.size() - admitted.size()), admitted);
+    std::string charge(rl::charge_command(nullptr, rl::CommandScript::fcall, false, "p:", &c, 1, 0), '?');
+    rl::charge_command(charge.data(), rl::CommandScript::fcall, false, "p:", &c, 1, 0);
+    EXPECT_EQ(charge.substr(charge.size() - admitted.size()), admitted);
+    const std::string block = doubles({60.0 * kSec}) + "\r\n";
+    const std::string d = decide(rl::CommandScript::fcall, false, "p:", {c}, 0);
+    EXPECT_EQ(d.substr(d.size() - block.size()), block);
 }
 
 TEST(RedisCommandBound, NeverBelowTheExactLength) {

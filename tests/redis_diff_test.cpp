@@ -124,6 +124,7 @@ struct Limit {
     rl::KeyHash hash;
     std::string redis_key;
     std::vector<std::pair<int64_t, int64_t>> admitted;  // (time, cost) of admissions, for refunds
+    int64_t reset_at = 0;  // its last reset (run_reset): refunds and charges of earlier admissions are dropped
 
     bool is_log() const { return key.p.algo == rl::Algo::log; }
 
@@ -216,6 +217,8 @@ struct Counts {
     int64_t charged_past = 0;          //   that took only what fitted in the debt
     int64_t need_one = 0;              // decisions of quantity 0 with settle= (kNeedOne)
     int64_t resent = 0;                // settle calls sent again with their call id
+    int64_t resets = 0;                // keys reset (run_reset)
+    int64_t dropped = 0;               // refunds and charges of an admission before the key's reset
 };
 
 // A private redis-server with both variants of the script and of the library loaded; script_
@@ -257,6 +260,7 @@ class RedisLua : public ::testing::Test {
             checks[i].policy = &lims[i]->key.p;
             checks[i].cost = costs[i];
             checks[i].at = ats.empty() ? 0 : ats[i];
+            checks[i].admitted_at = checks[i].at;  // a refund's admission
         }
         return checks;
     }
@@ -421,7 +425,11 @@ class RedisLua : public ::testing::Test {
             want.resize(n);
             for (size_t i = 0; i < n; i++) {
                 Key& k = lims[i]->key;
-                rl::refund(k.s, k.ring.data(), k.p, now, ats[i], costs[i]);
+                if (gone(*lims[i], ats[i])) {
+                    counts_.dropped++;  // the key's old life's: nothing back to its new one
+                } else {
+                    rl::refund(k.s, k.ring.data(), k.p, now, ats[i], costs[i]);
+                }
                 want[i] = rl::decide(k.s, k.p, now, 0, k.ring.data());
                 all = all && want[i].allowed;
             }
@@ -498,13 +506,25 @@ class RedisLua : public ::testing::Test {
     // A settle's charge (settle.h) on both sides: rl::charge against the script's charge mode,
     // then the reply, the key's state and its TTL.
     // With a call id, sent again after the comparisons when `again` (resend_same).
+    // admitted_at: the time of the admission it is for (0: not checked against a reset).
     void run_charge(Limit& l, int64_t now, int64_t cost, const std::string& where, std::string_view call_id = {},
-                    bool again = false) {
+                    bool again = false, int64_t admitted_at = 0) {
         const rl::State before = l.key.s;
         const std::vector<int64_t> live_before = l.live();
         const rl::Policy debt = rl::debt_policy(l.key.p);
         rl::Decision want;
-        int64_t charged = rl::charge(l.key.s, l.key.ring.data(), l.key.p, debt, now, cost, &want);
+        const bool dropped = gone(l, admitted_at);
+        int64_t charged = 0;
+        if (dropped) {
+            // Reported as the script's cost-0 check on the debt policy (a token bucket read as a
+            // charge reads it), charging nothing.
+            rl::State t = l.key.s;
+            if (t.c != 0) t.a += rl::debt_shift(l.key.p, debt);
+            want = rl::decide(t, debt, now, 0, l.key.ring.data());
+            counts_.dropped++;
+        } else {
+            charged = rl::charge(l.key.s, l.key.ring.data(), l.key.p, debt, now, cost, &want);
+        }
 
         rl::RedisCheck c;
         c.zone = l.zone;
@@ -512,6 +532,7 @@ class RedisLua : public ::testing::Test {
         c.policy = &debt;
         c.cost = cost;
         c.at = rl::debt_shift(l.key.p, debt);
+        c.admitted_at = admitted_at;
         size_t len = rl::charge_command(nullptr, script_, true, kPrefix, &c, 1, now, call_id);
         std::string cmd(len, '\0');
         ASSERT_EQ(rl::charge_command(cmd.data(), script_, true, kPrefix, &c, 1, now, call_id), len);
@@ -524,7 +545,7 @@ class RedisLua : public ::testing::Test {
                                " " + std::to_string(l.key.p.requests) + "/" + std::to_string(l.key.p.period_us) +
                                "us burst " + std::to_string(l.key.p.burst) + ") now " + std::to_string(now);
         ASSERT_TRUE(rl::decode_decide_reply(obs.values.data(), obs.values.size(), 1, &got, &redis_now)) << at;
-        ASSERT_EQ(got.allowed, charged > 0) << at;
+        ASSERT_EQ(got.allowed, dropped || charged > 0) << at;
         ASSERT_EQ(got.remaining, want.remaining) << at;
         ASSERT_EQ(got.reset_us, want.reset_us) << at;
         ASSERT_EQ(got.retry_after_us, want.retry_after_us) << at;
@@ -535,6 +556,33 @@ class RedisLua : public ::testing::Test {
         counts_.charged_past += charged > 0 && charged < cost;
         if (charged > 0) l.admitted.emplace_back(now, charged);
         if (again) resend_same(cmd, {&l}, obs.values, where);
+    }
+
+    // Whether a refund or a charge of an admission at `admitted_at` is the key's old life's: the
+    // key was reset at or after it (redis_command.h: reset_command, admitted_at).
+    static bool gone(const Limit& l, int64_t admitted_at) {
+        return admitted_at > 0 && l.reset_at > 0 && l.reset_at >= admitted_at && l.key.p.algo != rl::Algo::concurrency;
+    }
+
+    // The API's DELETE of a key at `now` (the test variant's clock) on both sides: Redis deletes
+    // its keys and keeps the time; the C++ key starts afresh, and its earlier admissions stay
+    // known (their refunds and charges are then dropped).
+    void run_reset(Limit& l, int64_t now, const std::string& where) {
+        size_t len = rl::reset_command(nullptr, script_, true, kPrefix, l.zone, l.hash, now);
+        std::string cmd(len, '\0');
+        ASSERT_EQ(rl::reset_command(cmd.data(), script_, true, kPrefix, l.zone, l.hash, now), len);
+        Reply r = send(cmd);
+        ASSERT_TRUE(r && r->type == REDIS_REPLY_INTEGER) << where << ": " << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+        const std::string marker = l.redis_key.substr(0, l.redis_key.rfind(':') + 1) + "reset";
+        Reply kept = rltest::command(conn_.get(), {"GET", marker});
+        ASSERT_TRUE(kept && kept->type == REDIS_REPLY_STRING) << where;
+        ASSERT_EQ(std::string(kept->str, kept->len), std::to_string(now)) << where;
+        Reply ttl = rltest::command(conn_.get(), {"PTTL", marker});
+        ASSERT_TRUE(ttl && ttl->type == REDIS_REPLY_INTEGER && ttl->integer > rl::kResetMemoryMs - 60000) << where;
+        l.key.s = rl::State{};
+        std::fill(l.key.ring.begin(), l.key.ring.end(), 0);
+        l.reset_at = now;
+        counts_.resets++;
     }
 
     // A settle sent again with its call id, as if its reply had been lost (settle.h): the first
@@ -1053,6 +1101,57 @@ TEST_P(RedisDiff, SettleTimelines) {
     EXPECT_GT(counts_.charged_past, 100) << "charges must reach the debt's end";
     EXPECT_GT(counts_.rejected, 500) << "the debt must reject later requests";
     for (rl::Algo a : kAlgos) EXPECT_GT(counts_.decisions[a], 300) << rl::algo_name(a);
+}
+
+// The API's DELETE between an admission and its refund or charge (issue 30): Redis keeps the
+// reset's time, and a refund or a charge of an admission made before it changes nothing (the
+// key's new life owes nothing of the old one) while those of later admissions apply; the C++
+// side models it as shared memory does (a reset key is a new life). Timelines of decisions
+// (quantity 0 among them), refunds, charges and resets, and a refund or a charge of an
+// admission picked from before or after the last reset.
+TEST_P(RedisDiff, ResetTimelines) {
+    std::mt19937_64 rng(131);
+    int64_t ids = 0;
+    int64_t applied_after = 0;
+    for (int round = 0; round < 60; round++) {
+        rl::Algo algo = kAll[round % 6];
+        Limit l(random_policy(rng, algo), "r" + std::to_string(round), random_hash(rng));
+        std::vector<int64_t> decided;  // times of the decisions that admitted, quantity 0 included
+        int64_t t = 1600000000LL * kSec + static_cast<int64_t>(rng() % (1000 * kSec));
+        for (int e = 0; e < 50; e++) {
+            t += time_step(rng, l.key.p);
+            std::string where = "reset round " + std::to_string(round) + " event " + std::to_string(e);
+            uint64_t what = rng() % 20;
+            const std::string id = "r1." + std::to_string(++ids);
+            if (what < 2) {
+                run_reset(l, t, where);
+            } else if (what < 6 && !decided.empty()) {
+                int64_t cap = l.key.p.capacity();
+                int64_t admitted_at = decided[decided.size() - 1 - rng() % std::min<size_t>(decided.size(), 6)];
+                applied_after += !gone(l, admitted_at);
+                run_charge(l, t, 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(cap + 2)), where, id, false,
+                           admitted_at);
+            } else if (what < 10) {
+                int64_t at, cost;
+                pick_refund(rng, l, t, at, cost);
+                applied_after += !gone(l, at);
+                run_call({&l}, t, {cost}, {at}, where, id);
+            } else {
+                int64_t cost = what < 13 ? rl::kNeedOne : random_cost(rng, l.key.p);
+                size_t before = l.admitted.size();
+                run_call({&l}, t, {cost}, {}, where);
+                if (l.admitted.size() > before || cost == rl::kNeedOne) decided.push_back(t);
+            }
+            if (HasFatalFailure()) return;
+        }
+    }
+    std::printf("reset timelines: %lld resets, %lld refunds and charges of an earlier life dropped, %lld applied\n",
+                static_cast<long long>(counts_.resets), static_cast<long long>(counts_.dropped),
+                static_cast<long long>(applied_after));
+    EXPECT_GT(counts_.resets, 200);
+    EXPECT_GT(counts_.dropped, 150) << "refunds and charges must cross resets";
+    EXPECT_GT(applied_after, 500);
+    for (rl::Algo a : kAll) EXPECT_GT(counts_.decisions[a], 200) << rl::algo_name(a);
 }
 
 // A settle's call id (redis_command.h): a charge or a refund sent again with the id of one that
@@ -1980,6 +2079,27 @@ TEST_P(RedisSlots, ReleaseRemovesThatSlot) {
     EXPECT_TRUE(d.allowed);
     EXPECT_EQ(d.remaining, 2);
     EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"3.10", t + 1 + 60 * kSec}}));
+}
+
+// After the API's DELETE of a key (reset_command), the slots of the requests that ran before it
+// are not in the key's new set: their release (ZREM) or refund frees nothing of the new life's
+// (issue 30): never 2 at once against a concurrency of 1.
+TEST_P(RedisSlots, AReleaseAfterAResetFreesNothingOfTheNewLife) {
+    Limit l(rltest::policy(rl::Algo::concurrency, 1, 60 * kSec), "rs", rl::KeyHash{9, 10});
+    const int64_t t = 1700000000LL * kSec;
+    ASSERT_TRUE(call({&l}, {1}, false, 1, 10, t)[0].allowed);  // A1: 1.10
+    size_t len = rl::reset_command(nullptr, script_, true, kPrefix, l.zone, l.hash, t + 1);
+    std::string cmd(len, '\0');
+    rl::reset_command(cmd.data(), script_, true, kPrefix, l.zone, l.hash, t + 1);
+    Reply r = send(cmd);
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_INTEGER);
+    EXPECT_EQ(r->integer, 1);                                  // the set of A1's slot
+    ASSERT_TRUE(call({&l}, {1}, false, 3, 10, t + 2)[0].allowed);  // A3, the new life's
+    EXPECT_EQ(send_slots(false, l, 1, 10, 1), (std::vector<long long>{0}));  // A1 ends: nothing removed
+    EXPECT_FALSE(call({&l}, {1}, false, 4, 10, t + 3)[0].allowed);          // A4 waits for A3
+    rl::Decision d = call({&l}, {1}, true, 1, 10, t + 4)[0];                // A1's refund: nothing either
+    EXPECT_EQ(d.remaining, 0);
+    EXPECT_EQ(zset(l), (std::map<std::string, int64_t>{{"3.10", t + 2 + 60 * kSec}}));
 }
 
 // In a batch each group sees the slots the earlier ones took; a group rejected by a rate check

@@ -195,3 +195,115 @@ TEST(SlotTable, TheSecretIsKeptInTheTable) {
     EXPECT_TRUE(rl::table_compatible(t, rl::slot_size_for(0)));
     EXPECT_EQ(rl::table_acquire(t, h(1), 0, nullptr)->state.a, 7);
 }
+
+namespace {
+
+// A table of exactly one slot: every new key recycles it.
+rl::TableHeader* one_slot_table(Block& b, uint64_t secret = kSecret) {
+    for (size_t bytes = sizeof(rl::TableHeader) + 64; bytes < 4096; bytes += 8) {
+        if (rl::table_capacity(bytes, rl::slot_size_for(0)) == 1) {
+            return rl::table_format(b.data(), bytes, rl::slot_size_for(0), secret);
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+TEST(SlotLives, ALifeIsFoundUntilItsSlotIsBornAgain) {
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0), kSecret);
+    rl::Slot* s = rl::table_acquire(t, h(1), 0, nullptr);
+    const rl::SlotLife life = rl::slot_life(t, s);
+    EXPECT_EQ(life.ref, rl::table_ref(t, s));
+    s->state = rl::State{5, 6, 7};  // what the key does with its state is the same life
+    rl::table_acquire(t, h(2), 0, nullptr);
+    EXPECT_EQ(rl::table_find_life(t, h(1), 0, life), s);
+    EXPECT_EQ(rl::table_find_life(t, h(1), 4, life), nullptr) << "another algorithm's state";
+    EXPECT_EQ(rl::table_find_life(t, h(2), 0, life), nullptr) << "another key";
+    EXPECT_EQ(rl::table_find_life(t, h(1), 0, rl::SlotLife{}), nullptr) << "nothing taken";
+    EXPECT_EQ(rl::table_find_life(t, h(1), 0, rl::SlotLife{t->used + 1, life.gen}), nullptr) << "beyond the slots used";
+}
+
+TEST(SlotLives, AResetIsANewLifeInTheSameSlot) {
+    const uint32_t size = rl::slot_size_for(4 * sizeof(int64_t));
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, size, kSecret);
+    rl::Slot* s = rl::table_acquire(t, h(1), 5, nullptr);
+    const rl::SlotLife old = rl::slot_life(t, s);
+    s->state.a = 9;
+    rl::slot_ring(s)[3] = 42;
+    rl::table_reset(t, s);
+    EXPECT_EQ(s->state, rl::State{});
+    EXPECT_EQ(rl::slot_ring(s)[3], 0);
+    EXPECT_EQ(rl::table_find_life(t, h(1), 5, old), nullptr);
+    const rl::SlotLife now = rl::slot_life(t, s);
+    EXPECT_EQ(now.ref, old.ref);
+    EXPECT_EQ(now.gen, (old.gen + 1) & rl::kGenMask);
+    EXPECT_EQ(rl::table_find_life(t, h(1), 5, now), s);
+    bool fresh = true;
+    EXPECT_EQ(rl::table_acquire(t, h(1), 5, &fresh), s);
+    EXPECT_FALSE(fresh) << "still the key's slot";
+}
+
+TEST(SlotLives, AKeyDroppedAndMadeAgainIsANewLife) {
+    // In the same slot (a table of one), and in another slot of a full table.
+    Block b1(4096);
+    rl::TableHeader* one = one_slot_table(b1);
+    ASSERT_NE(one, nullptr);
+    const rl::SlotLife a1 = rl::slot_life(one, rl::table_acquire(one, h(1), 0, nullptr));
+    rl::table_acquire(one, h(2), 0, nullptr);  // drops key 1
+    rl::Slot* again = rl::table_acquire(one, h(1), 0, nullptr);
+    EXPECT_EQ(rl::table_ref(one, again), a1.ref);
+    EXPECT_EQ(rl::table_find_life(one, h(1), 0, a1), nullptr);
+    EXPECT_EQ(rl::slot_life(one, again).gen, (a1.gen + 2) & rl::kGenMask);
+
+    Block b2(16 * 1024);
+    rl::TableHeader* t = rl::table_format(b2.data(), 16 * 1024, rl::slot_size_for(0), kSecret);
+    const uint32_t n = t->nslots;
+    const rl::SlotLife k0 = rl::slot_life(t, rl::table_acquire(t, h(0), 0, nullptr));
+    for (uint64_t i = 1; i <= n; i++) rl::table_acquire(t, h(i), 0, nullptr);  // key 0 dropped
+    ASSERT_EQ(rl::table_find(t, h(0), 0), nullptr);
+    rl::Slot* back = rl::table_acquire(t, h(0), 0, nullptr);
+    EXPECT_NE(rl::table_ref(t, back), k0.ref) << "made again in the slot of the next least recently used";
+    EXPECT_EQ(rl::table_find_life(t, h(0), 0, k0), nullptr);
+    EXPECT_EQ(rl::table_find_life(t, h(0), 0, rl::slot_life(t, back)), back);
+}
+
+TEST(SlotLives, ATableLaidOutAnewStartsItsLivesElsewhere) {
+    // A reload that changes the layout formats a new table over the old one, with a new
+    // random secret: a key made again at the same place is not the old life.
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0), kSecret);
+    const rl::SlotLife old = rl::slot_life(t, rl::table_acquire(t, h(1), 0, nullptr));
+    t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0), 0x6a09e667f3bcc909ULL);
+    rl::Slot* s = rl::table_acquire(t, h(1), 0, nullptr);
+    EXPECT_EQ(rl::table_ref(t, s), old.ref);
+    EXPECT_EQ(rl::table_find_life(t, h(1), 0, old), nullptr);
+}
+
+TEST(SlotLives, TheGenerationWrapsOnlyAfter2To24Births) {
+    // The bound the README states: a request's give-back reaches a later life of its key only
+    // if that one slot was born again a multiple of 2^24 times while the request ran.
+    Block b(4096);
+    rl::TableHeader* t = one_slot_table(b);
+    ASSERT_NE(t, nullptr);
+    rl::Slot* s = rl::table_acquire(t, h(1), 0, nullptr);
+    const rl::SlotLife life = rl::slot_life(t, s);
+    for (uint32_t i = 1; i < (1u << 24); i++) {
+        rl::table_reset(t, s);
+        ASSERT_NE(rl::slot_gen(s), life.gen) << i;
+    }
+    rl::table_reset(t, s);
+    EXPECT_EQ(rl::table_find_life(t, h(1), 0, life), s);
+}
+
+TEST(SlotLives, TheLayoutIsNotTheOldOnes) {
+    // A slot's generation is part of the layout: a table of the previous layout ("RLT3") is
+    // not taken over by a reload, it is laid out anew.
+    Block b(64 * 1024);
+    rl::TableHeader* t = rl::table_format(b.data(), 64 * 1024, rl::slot_size_for(0), kSecret);
+    EXPECT_TRUE(rl::table_compatible(t, rl::slot_size_for(0)));
+    t->magic = 0x524c5433;
+    EXPECT_FALSE(rl::table_compatible(t, rl::slot_size_for(0)));
+}

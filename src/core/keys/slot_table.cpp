@@ -6,7 +6,7 @@ namespace rl {
 
 namespace {
 
-constexpr uint32_t kMagic = 0x524c5433;  // "RLT3": bump when the layout changes
+constexpr uint32_t kMagic = 0x524c5434;  // "RLT4": bump when the layout changes
 
 uint32_t* buckets(TableHeader* t) { return reinterpret_cast<uint32_t*>(t + 1); }
 
@@ -51,6 +51,18 @@ void chain_unlink(TableHeader* t, Slot* s, uint32_t ref) {
     if (*link == ref) *link = s->chain;
     s->chain = 0;
 }
+
+void set_gen(Slot* s, uint32_t gen) {
+    s->gen[0] = static_cast<uint8_t>(gen);
+    s->gen[1] = static_cast<uint8_t>(gen >> 8);
+    s->gen[2] = static_cast<uint8_t>(gen >> 16);
+}
+
+// A slot's first life in this layout: drawn from the table's random secret, so a table laid
+// out anew over an old one (a reload that changed its layout) does not count its slots' lives
+// from where the old one did (what an old worker took from the old table matches a new life
+// only by a 1 in 2^24 chance).
+uint32_t first_gen(const TableHeader* t) { return static_cast<uint32_t>(t->secret >> 40) & kGenMask; }
 
 uint32_t floor_pow2(uint32_t n) {
     uint32_t p = 1;
@@ -125,19 +137,22 @@ Slot* table_acquire(TableHeader* t, const KeyHash& hash, uint8_t algo, bool* fre
         ref = s->chain;
     }
 
-    uint32_t ref;
+    uint32_t ref, gen;
     if (t->used < t->nslots) {
         ref = ++t->used;
+        gen = first_gen(t);
     } else {
         ref = t->lru_tail;  // full: the least recently used key forgets its state
         Slot* victim = slot_at(t, ref);
         chain_unlink(t, victim, ref);
         lru_unlink(t, victim);
         t->evictions++;
+        gen = slot_gen(victim) + 1;
     }
 
     Slot* s = slot_at(t, ref);
     std::memset(static_cast<void*>(s), 0, t->slot_size);
+    set_gen(s, gen);
     s->hash = hash;
     s->algo = algo;
     s->chain = buckets(t)[b];
@@ -154,6 +169,22 @@ Slot* table_find(TableHeader* t, const KeyHash& hash, uint8_t algo) {
         ref = s->chain;
     }
     return nullptr;
+}
+
+SlotLife slot_life(const TableHeader* t, const Slot* s) { return SlotLife{table_ref(t, s), slot_gen(s)}; }
+
+Slot* table_find_life(TableHeader* t, const KeyHash& hash, uint8_t algo, SlotLife life) {
+    // Every slot handed out is in the table (an evicted one is made again at once): the
+    // reference finds it without walking a chain.
+    if (life.ref == 0 || life.ref > t->used) return nullptr;
+    Slot* s = slot_at(t, life.ref);
+    return s->hash == hash && s->algo == algo && slot_gen(s) == life.gen ? s : nullptr;
+}
+
+void table_reset(TableHeader* t, Slot* s) {
+    s->state = State{};
+    std::memset(static_cast<void*>(s + 1), 0, t->slot_size - sizeof(Slot));
+    set_gen(s, slot_gen(s) + 1);
 }
 
 Slot* table_slot(TableHeader* t, uint32_t ref) { return slot_at(t, ref); }

@@ -78,7 +78,7 @@ size_t script_command(char* buf, std::string_view mode, CommandScript script, bo
             r.le_double(slots ? static_cast<int64_t>(c.seq & kSeqMask) : c.at);
             r.le_double(cal ? p.win.next : p.delay_level);
             r.le_double(p.max_delay_units);
-            r.le_double(p.block_us);
+            r.le_double(mode == "decide" ? p.block_us : c.admitted_at);
         }
     }
     r.end_bulk();
@@ -171,12 +171,12 @@ size_t write_refresh_command(char* buf, std::string_view prefix, const RedisChec
     return n > 0 ? refresh_command(buf, prefix, checks, n, score_us) : 0;
 }
 
-size_t reset_command(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& hash) noexcept {
-    static constexpr std::string_view kBlock = ":block";
+size_t reset_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                     std::string_view zone, const KeyHash& hash, int64_t now_us) noexcept {
+    static constexpr std::string_view kBlock = ":block", kReset = "reset";
     constexpr int kAlgos = static_cast<int>(Algo::concurrency) + 1;
     Resp r(buf);
-    r.array(1 + 2 * kAlgos);
-    r.bulk("DEL");
+    script_call_head(r, script, injected_time, 2 * kAlgos + 1, 3);
     for (int a = 0; a < kAlgos; a++) {
         auto algo = static_cast<Algo>(a);
         r.bulk_key(prefix, zone, hash, algo);
@@ -186,6 +186,16 @@ size_t reset_command(char* buf, std::string_view prefix, std::string_view zone, 
             std::memcpy(at + len, kBlock.data(), kBlock.size());
         });
     }
+    // The marker: the log's key (its name "log" is shorter than "reset"), written in place and
+    // its name after the hash tag's "}:" replaced.
+    const size_t base = redis_key_len(prefix, zone, Algo::log) - algo_name(Algo::log).size();
+    r.bulk_written(base + kReset.size(), [&](char* at) {
+        redis_key(at, prefix, zone, hash, Algo::log);
+        std::memcpy(at + base, kReset.data(), kReset.size());
+    });
+    r.bulk("reset");
+    r.bulk_int(injected_time ? now_us : 0);
+    r.bulk_int(kResetMemoryMs);
     return r.size();
 }
 

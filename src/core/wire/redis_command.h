@@ -23,7 +23,10 @@
 //              from its clock). Redis's clock still decides: a now past win.end (before
 //              win.next) or before win.start (from win.prev) moves the windows by one
 //              (calendar_shift); a now outside [win.prev, win.next) rejects the check, retry
-//              -1 (never), as the C++ core does with such bounds
+//              -1 (never), as the C++ core does with such bounds;
+//              for refund and charge, which never block, block_us = admitted_at (RedisCheck):
+//              when the key was reset (reset_command) at or after it, the check is the key's
+//              old life's and changes nothing (it reports as a cost-0 check); 0: not checked
 //   (binary because one struct.unpack per check is far cheaper in Lua than twelve tonumber()s;
 //   the derived integers come from finish_policy: the script never recomputes a gcd)
 //   ARGV[4]  = charge and refund only, optional: the call's id (at most kCallIdMax bytes). Its
@@ -107,6 +110,10 @@ struct RedisCheck {
     const Policy* policy = nullptr;   // finished; never null
     int64_t cost = 0;                 // clamped to [0, kExact] (beyond any capacity either way), or kNeedOne
     int64_t at = 0;                   // refund only: the decide reply's now_us
+    // Refund and charge: Redis's time of the admission they are for (its decide reply's now_us;
+    // 0: unknown): dropped when the key was reset since (the key's new life owes nothing of the
+    // old one). Not for concurrency slots: their members are the request's own.
+    int64_t admitted_at = 0;
     // Concurrency only: who takes the slots, named concurrency_member(owner, seq + i).
     uint64_t owner = 0;               // random per nginx worker, below 2^48
     uint64_t seq = 0;                 // the worker's counter, below 2^52
@@ -220,10 +227,16 @@ size_t refresh_command_len(std::string_view prefix, const RedisCheck* checks, si
 size_t write_refresh_command(char* buf, std::string_view prefix, const RedisCheck* checks, size_t n,
                              int64_t score_us) noexcept;
 
-// A key's reset (the API's DELETE): DEL of every algorithm's key of `hash` in `zone` and of its
-// block (redis_key + ":block"), in one hash tag, so one cluster slot. Writes into buf, or only
-// measures when buf is null; reply: an integer, the keys deleted.
-size_t reset_command(char* buf, std::string_view prefix, std::string_view zone, const KeyHash& hash) noexcept;
+// A key's reset (the API's DELETE): the script's mode "reset" (src/core/wire/lua/13-reset.lua)
+// deletes every algorithm's key of `hash` in `zone` and its block (redis_key + ":block"), and
+// keeps the time of the reset kResetMemoryMs under "<prefix>{<zone>:<hash hex>}:reset" (so that
+// the refunds and charges of admissions made before it are dropped: admitted_at), all in one
+// hash tag, so one cluster slot. KEYS: the 14 keys, then the marker; ARGV: "reset", now_us (the
+// test variant's clock; 0 in production, where Redis's clock decides), the marker's life in ms.
+// Writes into buf, or only measures when buf is null; reply: an integer, the keys deleted.
+constexpr int64_t kResetMemoryMs = 86400000;
+size_t reset_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                     std::string_view zone, const KeyHash& hash, int64_t now_us) noexcept;
 
 // Reads the reply of a one-group call (already parsed into its n integers) into
 // out[0..nchecks), as decode_batch_reply does. The call admitted the request iff

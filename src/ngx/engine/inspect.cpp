@@ -83,9 +83,9 @@ ngx_uint_t rl_reset_local(rl_zone_t* zone, const rl::KeyHash& hash) noexcept {
             rl::Slot* slot = rl::table_find(table, hash, tag);
             if (slot == nullptr) continue;
             // A zeroed slot is a fresh key for every algorithm; what follows it (a log's ring,
-            // in-flight holders, a sync zone's view companions) is zeroed with it.
-            slot->state = rl::State{};
-            ngx_memzero(reinterpret_cast<u_char*>(slot) + sizeof(rl::Slot), table->slot_size - sizeof(rl::Slot));
+            // in-flight holders, a sync zone's view companions) is zeroed with it. A new life:
+            // the requests running give nothing back to it, nor settle into it.
+            rl::table_reset(table, slot);
             n += tag == a;
         }
     }

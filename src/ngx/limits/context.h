@@ -7,6 +7,7 @@
 
 #include "core/algo/decision.h"
 #include "core/keys/key_hash.h"
+#include "core/keys/slot_table.h"
 
 // Where a result was decided.
 enum rl_store_e : uint8_t {
@@ -33,6 +34,8 @@ struct rl_result_t {
     rl::Decision decision;
     rl_store_e store;
     bool consumed;       // its admission was committed: refund it if the request is rejected
+    rl::SlotLife life;   // the life of its key's slot it was committed in (shared memory): its
+                         // give-back and settle go to that life only (stores/pass.cpp)
     int64_t delta;       // a settle: what it charges (> 0) or gives back (< 0)
     uint8_t flags;       // RL_RES_*, and its store's own
 };

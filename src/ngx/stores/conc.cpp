@@ -46,25 +46,35 @@ rl::Decision conc_decide(rl_result_t& res, rl::Slot* slot, int64_t now) {
     return rl::decide(slot->state, *res.policy, now, res.cost);
 }
 
+constexpr uint8_t kUnrecorded = 128;  // rl_result_t::flags: its slots are counted, not recorded among the holders
+
 void conc_commit(rl_result_t& res, rl::Slot* slot) {
     slot->state = res.decision.next;
     auto n = static_cast<int32_t>(res.cost);
     rl::Holders& hs = holders_of(slot);
     // With every entry held by live workers, the slot is counted but cannot be reclaimed if
     // this worker dies: only with more than rl::kHolders workers on one key at once.
+    res.flags &= ~kUnrecorded;
     if (!rl::holders_add(hs, static_cast<int32_t>(ngx_pid), n)) {
         reap(res, slot);
-        rl::holders_add(hs, static_cast<int32_t>(ngx_pid), n);
+        if (!rl::holders_add(hs, static_cast<int32_t>(ngx_pid), n)) res.flags |= kUnrecorded;
     }
     count_in_flight(res, n);
 }
 
 void conc_refund(rl_result_t& res, rl::Slot* slot, int64_t now) {
-    rl::refund(slot->state, nullptr, *res.policy, now, res.at, res.cost);
-    rl::holders_remove(holders_of(slot), static_cast<int32_t>(ngx_pid), static_cast<int32_t>(res.cost));
+    // What this worker's entry still holds of them: the slots it no longer holds (taken back
+    // by a reap) are not taken a second time from the ones others hold.
+    int32_t held = rl::holders_remove(holders_of(slot), static_cast<int32_t>(ngx_pid), static_cast<int32_t>(res.cost));
+    int64_t back = (res.flags & kUnrecorded) ? res.cost : held;
+    rl::refund(slot->state, nullptr, *res.policy, now, res.at, back);
     count_in_flight(res, -static_cast<ngx_atomic_int_t>(res.cost));
     res.decision = rl::decide(slot->state, *res.policy, now, 0);
 }
+
+// The key's state is gone (reset, dropped): its new life holds none of the request's slots,
+// but the gauge counted the request until its end.
+void conc_gone(rl_result_t& res) { count_in_flight(res, -static_cast<ngx_atomic_int_t>(res.cost)); }
 
 constexpr rl_store_t conc_store() {
     rl_store_t s{};
@@ -74,6 +84,7 @@ constexpr rl_store_t conc_store() {
     s.decide = conc_decide;
     s.commit = conc_commit;
     s.refund = conc_refund;
+    s.gone = conc_gone;
     return s;
 }
 

@@ -67,19 +67,35 @@ int64_t store_now(const rl_store_t* store, const rl_zone_t* zone, int64_t local)
 
 }  // namespace
 
-rl::Slot* rl_store_slot(const rl_result_t& res, bool create) noexcept {
-    // An old worker finishing its requests during a reload may see a table laid out by the new
-    // configuration, and must never use more log ring, or more of a slot, than it has.
-    const rl::Policy& policy = *res.policy;
+namespace {
+
+// Whether this worker may use the zone's table for the result (zone locked). An old worker
+// finishing its requests during a reload may see a table laid out by the new configuration,
+// and must never use more log ring, or more of a slot, than it has.
+bool table_usable(const rl_result_t& res) {
     const rl_zone_t* zone = res.applied->zone;
-    rl::TableHeader* table = zone->table;
-    if (policy.algo == rl::Algo::log && static_cast<uint64_t>(policy.requests) > rl::ring_capacity(table)) {
-        return nullptr;
+    const rl::TableHeader* table = zone->table;
+    if (res.policy->algo == rl::Algo::log && static_cast<uint64_t>(res.policy->requests) > rl::ring_capacity(table)) {
+        return false;
     }
     size_t key_bytes = rl_zone_key_bytes(zone);
-    if (key_bytes > 0 && table->slot_size < rl::slot_size_for(key_bytes)) return nullptr;
-    auto algo = static_cast<uint8_t>(policy.algo);
-    return create ? rl::table_acquire(table, res.hash, algo, nullptr) : rl::table_find(table, res.hash, algo);
+    return key_bytes == 0 || table->slot_size >= rl::slot_size_for(key_bytes);
+}
+
+// The slot a committed result took from, if its key still lives there the life it took from
+// (zone locked); nullptr once the key was reset by the API, dropped by a full table (and maybe
+// made again), or the table laid out anew by a reload: its give-back or charge is then dropped,
+// as the key's new life owes nothing of the old one.
+rl::Slot* taken_slot(const rl_result_t& res) {
+    if (!table_usable(res)) return nullptr;
+    return rl::table_find_life(res.applied->zone->table, res.hash, static_cast<uint8_t>(res.policy->algo), res.life);
+}
+
+}  // namespace
+
+rl::Slot* rl_store_slot(const rl_result_t& res) noexcept {
+    if (!table_usable(res)) return nullptr;
+    return rl::table_acquire(res.applied->zone->table, res.hash, static_cast<uint8_t>(res.policy->algo), nullptr);
 }
 
 bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
@@ -124,6 +140,7 @@ bool rl_store_decide_local(rl_result_t** results, ngx_uint_t n, void** scratch) 
         }
         store->commit(res, slots[i]);
         res.consumed = res.cost > 0;
+        res.life = rl::slot_life(res.applied->zone->table, slots[i]);
     }
     if (!all_allowed) {
         for (ngx_uint_t i = 0; i < n; i++) {
@@ -151,23 +168,21 @@ void each_locked(rl_result_t** results, ngx_uint_t n, void** scratch, Op op) {
 void rl_store_refund_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
     each_locked(results, n, scratch, [](rl_result_t& res, int64_t now) {
         if (!res.consumed) return;
-        const rl_store_t* store = rl_store_of(res);
-        // A slot given back to a key since dropped from a full table: nothing to do, and the
-        // key is not made again (that would drop another, perhaps with slots in flight).
-        bool create = res.policy->algo != rl::Algo::concurrency;
-        if (rl::Slot* slot = rl_store_slot(res, create)) {
-            store->refund(res, slot, store_now(store, res.applied->zone, now));
-        }
         res.consumed = false;
+        const rl_store_t* store = rl_store_of(res);
+        if (rl::Slot* slot = taken_slot(res)) {
+            store->refund(res, slot, store_now(store, res.applied->zone, now));
+        } else if (store->gone) {
+            store->gone(res);
+        }
     });
 }
 
 void rl_store_settle_local(rl_result_t** results, ngx_uint_t n, void** scratch) noexcept {
     each_locked(results, n, scratch, [](rl_result_t& res, int64_t now) {
         const rl_store_t* store = rl_store_of(res);
-        // A key dropped from a full table meanwhile is made again for a charge (it owes it),
-        // not for a give-back (a fresh key has nothing to give).
-        rl::Slot* slot = rl_store_slot(res, res.delta > 0);
+        // Charged or given back only to the life of the key it was admitted in.
+        rl::Slot* slot = taken_slot(res);
         if (slot == nullptr) return;
         int64_t at = store_now(store, res.applied->zone, now);
         if (res.delta > 0) {

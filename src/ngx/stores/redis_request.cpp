@@ -91,6 +91,7 @@ rl::RedisCheck* checks_of(rl_call_t* call, rl::RedisCheck* checks) {
         checks[i].policy = res.policy;
         checks[i].cost = res.cost;
         checks[i].at = res.at;
+        checks[i].admitted_at = res.at;  // a refund's: dropped if the key was reset since
         checks[i].owner = rl_held_owner();
         checks[i].seq = call->seq;
     }
@@ -243,7 +244,7 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
             call_settled(call);
         } else if (batch->late[g] != nullptr && admitted[g]) {
             rl_late_t* late = batch->late[g];
-            for (ngx_uint_t i = 0; i < late->nchecks; i++) late->checks[i].at = now;
+            for (ngx_uint_t i = 0; i < late->nchecks; i++) late->checks[i].at = late->checks[i].admitted_at = now;
             send_refund(redis, node, late->checks, late->nchecks);
         }
         at += groups[g].n;

@@ -121,6 +121,7 @@ rl_settle_call_t* build(rl_ctx_t* ctx, const rl_result_t& res, rl::CommandScript
     rl::RedisCheck check;
     check.zone = rl_sv(zone->name);
     check.hash = res.hash;
+    check.admitted_at = res.at;  // dropped if the key was reset since (the API's DELETE)
     if (res.delta > 0) {
         check.policy = &debt;
         check.cost = res.delta;

@@ -36,6 +36,10 @@ struct rl_store_t {
     void (*commit)(rl_result_t& res, rl::Slot* slot);
     void (*release)(rl_result_t& res, rl::Slot* slot);
     void (*refund)(rl_result_t& res, rl::Slot* slot, int64_t now);
+    // In place of `refund` when the key's state `commit` took from is gone (reset, dropped from
+    // a full table, laid out anew): nothing goes back to its new life; what the store counts
+    // beside the state is settled.
+    void (*gone)(rl_result_t& res);
     // A settle: the request's real cost is known (its response is over) and is more than it
     // was charged: charge res.delta more units, past the limit as far as its debt may go
     // (core/algo/settle.h). (Less: `refund` gives back the difference.)

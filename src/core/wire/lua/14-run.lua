@@ -8,6 +8,7 @@ local function run(keys, argv)
     if mode == 'sync' or mode == 'hosts' then
       return sync(keys, argv)  -- sync zones
     end
+    if mode == 'reset' then return reset(keys, argv) end  -- the API's DELETE
     return redis.error_reply('ERR ratelimit script: bad arguments')
   end
   local ngroups, nkeys = shape(blob)
@@ -52,8 +53,18 @@ local function run(keys, argv)
           local algo, req, per, burst, refill, tok, depth, wsc, cost, at, dl, mu, bl = read_check(blob, q)
           if not algo then return redis.error_reply('ERR ratelimit script: bad check ' .. (k + i)) end
           local key = keys[k + i]
-          local units, refund_it = cost, refunding and cost > 0  -- refund: then whether it changed anything
-          if pass == 2 or refunding then cost = 0 end
+          -- A refund or a charge for an admission made before the key's reset (the API's DELETE,
+          -- which keeps its time under "<prefix>{<zone>:<hash>}:reset"; bl: the admission's time)
+          -- is the key's old life's: it changes nothing and reports as a cost-0 check. (In-flight
+          -- slots need no such check: their members are the request's own.)
+          local gone = false
+          if (refunding or charging) and bl > 0 and algo < 6 then
+            local base = key:match('^(.*}:)')
+            local r = base and tonum(pget('GET', base .. 'reset') or '')
+            gone = r ~= nil and r >= bl
+          end
+          local units, refund_it = cost, refunding and cost > 0 and not gone  -- refund: then whether it changed anything
+          if pass == 2 or refunding or gone then cost = 0 end
           -- settle.h: kNeedOne (-1) is the verdict of one unit and the report of none; a charge
           -- takes what fits if not all of it does.
           local need, fitted = cost < 0, false
@@ -62,7 +73,7 @@ local function run(keys, argv)
           shaped = 0
           -- block.h: a live block rejects the check and changes nothing; pass 1 only.
           local bkey, code
-          if bl > 0 and pass == 1 and not refunding then
+          if bl > 0 and pass == 1 and not refunding and not charging then
             bkey = key .. ':block'
             local untl = tonum(call('GET', bkey) or '')
             if untl and untl > now then ok, rem, reset, retry, code = false, 0, untl - now, untl - now, 2 end
@@ -168,6 +179,7 @@ local function run(keys, argv)
             if w then x, y, z = now + per, burst, at end
           end
 
+          if gone then w = false end
           -- An allowed check's retry is 0: its slot carries the delay instead.
           if ok then retry = shaped end
           if not code then

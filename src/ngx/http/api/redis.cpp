@@ -163,6 +163,18 @@ void on_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
 }
 
 
+// The node of w's slot, or nullptr.
+rl_redis_node_t* route(const api_wait_t* w) {
+    rl_redis_t* redis = w->redis;
+    return redis->cluster ? rl_cluster_route(redis, w->slot) : redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr;
+}
+
+// How that node runs the Lua (FCALL unless it refused Functions).
+rl::CommandScript route_script(const api_wait_t* w) {
+    rl_redis_node_t* node = route(w);
+    return node ? rl_node_script(node) : rl::kPreferredScript;
+}
+
 api_wait_t* wait_new(ngx_http_request_t* r, rl_zone_t* zone) {
     ngx_pool_cleanup_t* cln = ngx_pool_cleanup_add(r->pool, sizeof(api_wait_t));
     if (cln == nullptr) return nullptr;
@@ -180,8 +192,7 @@ api_wait_t* wait_new(ngx_http_request_t* r, rl_zone_t* zone) {
 
 // Sends w's command to the node of its slot and makes the request wait for the reply.
 ngx_int_t wait_start(api_wait_t* w) {
-    rl_redis_t* redis = w->redis;
-    w->node = redis->cluster ? rl_cluster_route(redis, w->slot) : redis->nodes.n > 0 ? redis->nodes.elts[0] : nullptr;
+    w->node = route(w);
     if (!wait_send(w, false)) {
         w->done = true;
         static constexpr std::string_view kWhy = "redis unavailable (not connected, or too much pending)";
@@ -238,9 +249,7 @@ ngx_int_t rl_api_inspect_redis(ngx_http_request_t* r, rl_zone_t* zone, const rl:
     size_t klen = rl::redis_key(keybuf, prefix, rl_sv(zone->name), hash, p.algo);
     w->slot = rl::cluster_slot(std::string_view(keybuf, klen));
     // The script's form depends on the node (FCALL or EVALSHA): written for the node routed to.
-    rl_redis_node_t* node = w->redis->cluster ? rl_cluster_route(w->redis, w->slot)
-                            : w->redis->nodes.n > 0 ? w->redis->nodes.elts[0] : nullptr;
-    rl::CommandScript script = node ? rl_node_script(node) : rl::kPreferredScript;
+    rl::CommandScript script = route_script(w);
     w->len = rl::batch_command_len(script, false, prefix, groups, 2, 0);
     w->cmd = static_cast<u_char*>(ngx_pnalloc(r->pool, w->len));
     if (w->cmd == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -256,12 +265,14 @@ ngx_int_t rl_api_reset_redis(ngx_http_request_t* r, rl_zone_t* zone, const rl::K
     w->del = true;
     w->local = local;
     std::string_view prefix = rl_sv(w->redis->prefix), name = rl_sv(zone->name);
-    w->len = rl::reset_command(nullptr, prefix, name, hash);
-    w->cmd = static_cast<u_char*>(ngx_pnalloc(r->pool, w->len));
-    if (w->cmd == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    w->len = rl::reset_command(reinterpret_cast<char*>(w->cmd), prefix, name, hash);
     char key[1024];
     if (rl::redis_key_max_len(prefix, name) > sizeof(key)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
     w->slot = rl::cluster_slot(std::string_view(key, rl::redis_key(key, prefix, name, hash, rl::Algo::gcra)));
+    // The script's form depends on the node (FCALL or EVALSHA): written for the node routed to.
+    rl::CommandScript script = route_script(w);
+    w->len = rl::reset_command(nullptr, script, false, prefix, name, hash, 0);
+    w->cmd = static_cast<u_char*>(ngx_pnalloc(r->pool, w->len));
+    if (w->cmd == nullptr) return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    w->len = rl::reset_command(reinterpret_cast<char*>(w->cmd), script, false, prefix, name, hash, 0);
     return wait_start(w);
 }
