@@ -19,45 +19,55 @@ bool rl_snapshot_take(ngx_pool_t* pool, const rl_engine_conf_t* ecf, rl_snapshot
     s->nzones = s->nredis = 0;
     auto** zones = static_cast<rl_zone_t**>(ecf->zones.elts);
     for (ngx_uint_t i = 0; i < ecf->zones.nelts; i++) {
-        rl_zone_t* zone = zones[i];
-        if (zone->metrics == nullptr) continue;
-        rl_zone_snapshot_t& z = s->zones[s->nzones++];
-        z.name = rl_sv(zone->name);
-        for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z.requests[k] = load(zone->metrics->requests[k]);
-        z.concurrency = zone->concurrency;
-        z.in_flight = static_cast<int64_t>(load(zone->metrics->in_flight));
-        z.redis = zone->redis != nullptr && zone->sync_shm == nullptr && !zone->concurrency;
-        z.settle_failures = load(zone->metrics->settle_failures);
-        // Under the zone's lock: the table's fields change together with its slots.
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        z.keys = zone->table->used;
-        z.capacity = zone->table->nslots;
-        z.evictions = zone->table->evictions;
-        if (const rl_sync_shm_t* h = zone->sync_shm) {
-            z.sync = true;
-            z.sync_rounds = h->rounds;
-            z.sync_keys = h->keys_sent;
-            z.sync_failures = h->failures;
-            z.sync_hosts = h->hosts;
-        }
-        ngx_shmtx_unlock(&zone->shpool->mutex);
+        if (zones[i]->metrics != nullptr) rl_snapshot_zone(zones[i], &s->zones[s->nzones++]);
     }
     auto** all = static_cast<rl_redis_t**>(ecf->redis.elts);
     for (ngx_uint_t i = 0; i < ecf->redis.nelts; i++) {
-        rl_metrics_redis_t* m = all[i]->conn.metrics;
-        if (m == nullptr) continue;
-        rl_redis_snapshot_t& d = s->redis[s->nredis++];
-        d.name = rl_sv(all[i]->name);
-        d.calls = load(m->calls);
-        d.checks = load(m->checks);
-        for (ngx_uint_t k = 0; k < RL_REDIS_ERR_N; k++) d.errors[k] = load(m->errors[k]);
-        d.reconnects = load(m->reconnects);
-        d.moved = load(m->moved);
-        d.ask = load(m->ask);
-        d.in_flight = static_cast<int64_t>(load(m->in_flight));
-        for (ngx_uint_t k = 0; k <= kRlRoundTripBuckets; k++) d.round_trip[k] = load(m->round_trip[k]);
-        d.round_trip_s = static_cast<double>(load(m->round_trip_ns)) / 1e9;
+        if (rl_snapshot_redis(all[i], &s->redis[s->nredis])) s->nredis++;
     }
     return true;
 }
 
+void rl_snapshot_zone(const rl_zone_t* zone, rl_zone_snapshot_t* z) noexcept {
+    *z = rl_zone_snapshot_t{};
+    z->name = rl_sv(zone->name);
+    z->concurrency = zone->concurrency;
+    z->redis = zone->redis != nullptr && zone->sync_shm == nullptr && !zone->concurrency;
+    if (const rl_metrics_zone_t* m = zone->metrics) {
+        z->counted = true;
+        for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z->requests[k] = load(m->requests[k]);
+        z->in_flight = static_cast<int64_t>(load(m->in_flight));
+        z->settle_failures = load(m->settle_failures);
+    }
+    if (zone->table == nullptr) return;
+    // Under the zone's lock: the table's fields change together with its slots.
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    z->keys = zone->table->used;
+    z->capacity = zone->table->nslots;
+    z->evictions = zone->table->evictions;
+    if (const rl_sync_shm_t* h = zone->sync_shm) {
+        z->sync = true;
+        z->sync_rounds = h->rounds;
+        z->sync_keys = h->keys_sent;
+        z->sync_failures = h->failures;
+        z->sync_hosts = h->hosts;
+        z->sync_last_ok = h->last_ok;
+    }
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+bool rl_snapshot_redis(const rl_redis_t* redis, rl_redis_snapshot_t* d) noexcept {
+    const rl_metrics_redis_t* m = redis->conn.metrics;
+    if (m == nullptr) return false;
+    d->name = rl_sv(redis->name);
+    d->calls = load(m->calls);
+    d->checks = load(m->checks);
+    for (ngx_uint_t k = 0; k < RL_REDIS_ERR_N; k++) d->errors[k] = load(m->errors[k]);
+    d->reconnects = load(m->reconnects);
+    d->moved = load(m->moved);
+    d->ask = load(m->ask);
+    d->in_flight = static_cast<int64_t>(load(m->in_flight));
+    for (ngx_uint_t k = 0; k <= kRlRoundTripBuckets; k++) d->round_trip[k] = load(m->round_trip[k]);
+    d->round_trip_s = static_cast<double>(load(m->round_trip_ns)) / 1e9;
+    return true;
+}

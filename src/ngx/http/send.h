@@ -8,3 +8,5 @@
 // `content_type` (static); returns what a content handler returns.
 ngx_int_t rl_http_send(ngx_http_request_t* r, ngx_uint_t status, const char* content_type, u_char* body,
                        size_t len) noexcept;
+// Adds a response header whose value is `len` bytes at `data` (static, or the request's pool).
+bool rl_http_add_header(ngx_http_request_t* r, const char* name, u_char* data, size_t len) noexcept;

@@ -22,8 +22,9 @@ struct rl_json_t {
             if (ch == '"' || ch == '\\') {
                 *p++ = '\\';
                 *p++ = ch;
-            } else if (ch < 0x20 || ch >= 0x7f) {
-                // Not UTF-8 checked (Redis's text, zone names): escaped byte by byte
+            } else if (ch < 0x20 || ch >= 0x7f || ch == '<' || ch == '>' || ch == '&') {
+                // Not UTF-8 checked (Redis's text, keys): escaped byte by byte; no markup
+                // either, should anything read the JSON as HTML
                 *p++ = '\\';
                 *p++ = 'u';
                 *p++ = '0';
