@@ -63,13 +63,13 @@ constexpr size_t kZoneTop = 3;  // the top keys a zone shows in GET .../zones
 // Nanoseconds as seconds, a decimal without trailing zeros (a histogram's bound: 0.00025).
 void seconds(rl_json_t& j, uint64_t ns) {
     uint64_t frac = ns % 1000000000;
-    j.p = ngx_slprintf(j.p, j.last, "%uL", ns / 1000000000);
+    j.integer(static_cast<int64_t>(ns / 1000000000));
     if (frac == 0) return;
-    u_char digits[9];
-    for (int i = 8; i >= 0; i--, frac /= 10) digits[i] = static_cast<u_char>('0' + frac % 10);
-    size_t n = 9;
+    char digits[10] = ".";
+    for (int i = 9; i >= 1; i--, frac /= 10) digits[i] = static_cast<char>('0' + frac % 10);
+    size_t n = 10;
     while (digits[n - 1] == '0') n--;
-    j.p = ngx_slprintf(j.p, j.last, ".%*s", n, digits);
+    j.put(digits, n);
 }
 
 // A count that is kept only with the counters: null without them.
@@ -188,7 +188,9 @@ void write_redis(rl_json_t& j, const rl_redis_snapshot_t& d) {
         below += d.round_trip[k];
         j.raw(k > 0 ? ",[" : "[");
         seconds(j, kRlRoundTripBoundsNs[k]);
-        j.p = ngx_slprintf(j.p, j.last, ",%uL]", below);
+        j.raw(",");
+        j.integer(static_cast<int64_t>(below));
+        j.raw("]");
     }
     j.raw("]}}");
 }
