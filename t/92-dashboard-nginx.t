@@ -90,7 +90,7 @@ is(join(' ', map { ($n->get('/login', { 'X-Key' => $hostile }))[0] } 1 .. 4), '2
 is(join(' ', map { ($n->get("/g?k=t$_"))[0] } 1 .. 3), '200 200 200', 'the sync zone in use');
 
 # A flood of one key that starts once the page polls (its first GET .../zones in the API's
-# access log): 20 requests a second, 15 seconds at most, from a child; the time of its first
+# access log): 20 requests a second, 20 seconds at most, from a child; the time of its first
 # rejection in a file.
 my $dir = $n->dir;
 my $flooder = fork // die "fork: $!";
@@ -98,10 +98,13 @@ if (!$flooder) {
     my $deadline = time + 60;
     sleep 0.05 until (-s "$dir/api.log" && slurp("$dir/api.log") =~ m{GET /ratelimit/zones }) || time > $deadline;
     my $c = RLTest::KeepAlive->new($port);
-    my $end = time + 15;
-    while (time < $end) {
+    my $end = time + 20;
+    for (my $i = 0; time < $end; $i++) {
         my ($st) = $c->get('/a?k=203.0.113.7');
         spew("$dir/flood.start", time) if ($st // 0) == 429 && !-e "$dir/flood.start";
+        # Some traffic elsewhere for the page's other cards and charts.
+        $c->get("/g?k=t$i") if $i % 3 == 0;
+        $c->get('/login', { 'X-Key' => 'alice' }) if $i % 10 == 0;
         sleep 0.05;
     }
     POSIX::_exit(0);
@@ -135,6 +138,8 @@ my $r = browse([
       timeout => 10 },
     { wait => "document.querySelectorAll('article.zone[data-zone=\"api\"] polyline').length === 4", timeout => 10 },
     { eval => $cards, as => 'cards' },
+    # The screenshot once the charts hold ten seconds of the flood.
+    { wait => "performance.getEntriesByType('resource').filter(e => /\\/zones\$/.test(e.name)).length >= 8", timeout => 20 },
     { screenshot => $shot },
 ]);
 stop_child($flooder, 'TERM', 3);
@@ -148,7 +153,8 @@ my $start = -e "$dir/flood.start" ? slurp("$dir/flood.start") : undef;
 ok(defined $start && defined $r->{values}{seen}, 'the flood began, the page saw it');
 my $after = ($r->{values}{seen} // 0) - ($start // 0);
 cmp_ok($after, '<', 5, sprintf('the flooding key listed %.1f s after its first rejection', $after));
-is($c->{zones}{login}{keys}[0], $hostile, 'the hostile key, as text');
+ok(grep({ $_ eq $hostile } @{ $c->{zones}{login}{keys} || [] }), 'the hostile key, as text')
+    or diag explain $c->{zones}{login}{keys};
 is($c->{imgs}, 0, 'no markup made of it');
 is($c->{zones}{uploads}{stats}{'in flight'}, '1 / 2', 'the upload in flight');
 ok(grep({ $_ eq 'Off (top=0).' } @{ $c->{zones}{quiet}{notes} || [] }), 'top=0 said');
