@@ -4,8 +4,8 @@
 # 1,500 rejected once each are its top 3, counted exactly, the bound N / K; n= (default 10,
 # above K: K, else 400); a key's text cut at 64 bytes (no reset then), hostile bytes escaped and
 # reset by the query the API spells; $binary_remote_addr and $ratelimit_client_prefix keys as
-# their address and prefix, reset by addr=; blocked rejections, in-flight, dry-run and Redis
-# zones counted; an admitted request counts nothing; DELETE drops the key (and its next
+# their address and prefix, reset by addr=; blocked rejections, in-flight, dry-run, Redis and
+# sync zones counted; an admitted request counts nothing; DELETE drops the key (and its next
 # request passes); GET .../zones: now_ms, write, top_k, the first three, the request counters
 # kept with ratelimit_api alone (the metrics' numbers); a reload keeps the counts, refuses a
 # larger top=.
@@ -37,6 +37,7 @@ my $http = <<"EOF";
     ratelimit_zone blk   key=\$arg_k requests=1 period=1h block=1h;
     ratelimit_zone cc    key=\$arg_key concurrency=1;
     ratelimit_zone red   key=\$arg_k requests=1 period=1h redis=main;
+    ratelimit_zone syn   key=\$arg_k requests=1 period=1h redis=main sync=100ms;
     ratelimit_zone off   key=\$arg_k requests=1 period=1h top=0;
     ratelimit_zone tiny  key=\$arg_k requests=1 period=1h size=64k;
     ratelimit_zone net2  key=\$ratelimit_client_prefix requests=1 period=1h;
@@ -55,6 +56,7 @@ my $http = <<"EOF";
         location /blk { ratelimit zone=blk; empty_gif; }
         location /cc  { ratelimit zone=cc; proxy_pass http://127.0.0.1:$bp/hold; }
         location /red { ratelimit zone=red; empty_gif; }
+        location /syn { ratelimit zone=syn; empty_gif; }
         location /dry { ratelimit zone=one; ratelimit_dry_run on; empty_gif; }
         location /off { ratelimit zone=off; empty_gif; }
         location /api/ { ratelimit_api write=on; }
@@ -206,6 +208,8 @@ like($n->error_log, qr/ratelimit zone "tiny": \d+ keys of 56 bytes, \d+ buckets;
         'dry run: the keys that would have been rejected counted');
     is(hit('/red?k=r', 3), '200 429 429', 'a Redis zone rejects');
     is_deeply([map { [$_->{key}, $_->{rejected}] } @{ top('red')->{top} }], [['r', 2]], 'this host counts them');
+    is(hit('/syn?k=s', 3), '200 429 429', 'a sync zone rejects');
+    is_deeply([map { [$_->{key}, $_->{rejected}] } @{ top('syn')->{top} }], [['s', 2]], 'this host counts them too');
     my $e = $be->enter($port, '/cc', 'c1');
     ok($e->{held}, 'an in-flight slot held');
     my $r = $be->enter($port, '/cc', 'c1');
