@@ -12,10 +12,14 @@ for rl_src in $rl_srcs; do
     case $rl_src in */redis_script.cpp) rl_script_obj=$rl_obj ;; esac
 done
 
-# The Lua Redis runs, src/core/wire/lua/*.lua, becomes the header redis_script.cpp includes
-# (config's $rl_generated is on the include path); the generator needs only sh and sed.
+# The Lua Redis runs, src/core/wire/lua/*.lua, becomes the header redis_script.cpp includes,
+# and the dashboard's files (src/ngx/http/api/dashboard) the header of bytes page.cpp includes
+# (config's $rl_generated is on the include path); the generators need only sh, sed and od.
 rl_lua="$ngx_addon_dir/src/core/wire/lua"
 rl_lua_h="$rl_generated/redis_script_lua.h"
+rl_dashboard="$ngx_addon_dir/src/ngx/http/api/dashboard"
+rl_dashboard_h="$rl_generated/ratelimit_dashboard.h"
+rl_dashboard_obj="$NGX_OBJS/addon/api/page.$ngx_objext"
 mkdir -p "$rl_generated"
 cat << END >> "$NGX_MAKEFILE"
 
@@ -23,4 +27,9 @@ $rl_script_obj: $rl_lua_h
 
 $rl_lua_h: `echo "$rl_lua"/*.lua` $rl_lua/embed.sh
 	sh $rl_lua/embed.sh $rl_lua_h
+
+$rl_dashboard_obj: $rl_dashboard_h
+
+$rl_dashboard_h: `echo "$rl_dashboard"/*.html "$rl_dashboard"/*.js "$rl_dashboard"/*.css "$rl_dashboard"/*.svg` $rl_dashboard/embed.sh
+	sh $rl_dashboard/embed.sh $rl_dashboard_h
 END

@@ -11,7 +11,7 @@ package RLTest;
 #   Nginx       start_nginx nginx_t nginx_bin; $n->port/ports/dir/conf/conf_file/error_log,
 #               reload stop master_pid worker_pids wait_log allow_log; $n->get/get_port/
 #               keepalive; Redis-test helpers timed resumes_within wait_decided remaining
-#               wait_consumed settle_remaining; key_state (ratelimit_api); the teardown
+#               wait_consumed settle_remaining; key_state and api (ratelimit_api); the teardown
 #               check (bad_log_lines)
 #   Http        http_request parse_sf_list gif_body_ok (request_text parse_head dechunk)
 #   KeepAlive   one keep-alive connection: new($port), get, close

@@ -22,7 +22,11 @@
 #
 # One nginx (one process, no master) runs under callgrind, collecting only inside its event
 # loop; for each location: a few requests to warm up, counters zeroed, REQUESTS requests from
-# wrk on one connection, counters dumped (and, with Redis, the commands it ran meanwhile). Every limit admits every request; one-key locations.
+# wrk on one connection, counters dumped (and, with Redis, the commands it ran meanwhile). Every limit admits every request; one-key locations;
+# but the "rejected" rows (issue 32's top keys count each rejection): one key whose every
+# request is rejected after its first, and a new key each request (random-keys.lua) rejected
+# at once (a quantity above the limit), neither logged (ratelimit_log_level info under
+# error_log warn). SO=path/to/another.so runs the same rows with that module.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -87,6 +91,8 @@ CASES+=("ratelimit gcra, its server with a ratelimit_api location|ratelimit zone
     "ratelimit fixed, period=1d|ratelimit zone=z_fixed1d; empty_gif;"
     "ratelimit fixed, period=day timezone=Europe/Berlin|ratelimit zone=z_calendar; empty_gif;")
 CASES+=("ratelimit concurrency=1000000 (a slot taken and given back)|ratelimit zone=z_conc; empty_gif;")
+CASES+=("ratelimit gcra, rejected, one key|ratelimit zone=z_rej; ratelimit_log_level info; empty_gif;"
+    "ratelimit gcra, rejected, a new key each request|ratelimit zone=z_rejnew quantity=2; ratelimit_log_level info; empty_gif;")
 [[ -n $redis_port ]] && CASES+=("ratelimit gcra, Redis|ratelimit zone=z_redis; empty_gif;"
     "ratelimit concurrency=1000000, Redis|ratelimit zone=z_rconc; empty_gif;")
 if [[ ${SETTLE:-off} == on ]]; then
@@ -116,6 +122,8 @@ fi
     echo "  map \$host \$tier_rate { default 1000000000/1s; } map \$host \$tier_burst { default 1000; }"
     echo "  ratelimit_zone z_tier key=one rate=\$tier_rate default_rate=1r/s burst=\$tier_burst size=1m;"
     echo "  ratelimit_zone z_conc key=one concurrency=1000000 size=1m;"
+    echo "  ratelimit_zone z_rej key=one requests=1 period=1h size=1m;"
+    echo "  ratelimit_zone z_rejnew key=\$arg_k requests=1 period=1h size=1m;"
     echo "  ratelimit_zone z_block key=one $quota burst=1000 block=10m size=1m;"
     echo "  ratelimit_zone z_fixed1d key=one requests=1000000000 period=1d algo=fixed size=1m;"
     echo "  ratelimit_zone z_calendar key=one requests=1000000000 period=day timezone=Europe/Berlin algo=fixed size=1m;"
@@ -157,18 +165,26 @@ fi
 declare -a IR=()
 for i in "${!CASES[@]}"; do
     url="http://127.0.0.1:${PORTS[$i]}/"
-    for _ in 1 2 3 4 5; do
-        code=$(curl -s -o /dev/null -w '%{http_code}' "$url")
-        [[ $code == 200 ]] || { echo "instructions.sh: ${CASES[$i]%%|*}: status $code" >&2; exit 1; }
+    name=${CASES[$i]%%|*} want=200 script=()
+    [[ $name == *rejected* ]] && want=429
+    [[ $name == *"a new key each request"* ]] && script=(-s "$HERE/random-keys.lua")
+    for w in 1 2 3 4 5; do
+        code=$(curl -s -o /dev/null -w '%{http_code}' "$url?k=warm$w")
+        [[ $code == "$want" || ($want == 429 && $w == 1) ]] || { echo "instructions.sh: $name: status $code" >&2; exit 1; }
     done
     callgrind_control -z "$VG" >/dev/null
     cmds0=$(redis_commands) gets0=$(redis_stat get) sets0=$(redis_stat set)
-    out=$(wrk -t1 -c1 -d"${SECONDS_PER_CASE}s" "$url" 2>&1)
+    out=$(wrk -t1 -c1 -d"${SECONDS_PER_CASE}s" "${script[@]}" "$url" ${script:+-- 1000000 $i} 2>&1)
     rm -f "$TMP"/cg.out.*
     callgrind_control -d "$VG" >/dev/null
     n=$(awk '/requests in/ { print $1 }' <<<"$out")
     cmds=$(( $(redis_commands) - cmds0 )) gets=$(( $(redis_stat get) - gets0 )) sets=$(( $(redis_stat set) - sets0 ))
-    [[ $(awk '/Non-2xx/ { print $NF }' <<<"$out") == "" ]] || { echo "instructions.sh: non-2xx answers: $out" >&2; exit 1; }
+    non2xx=$(awk '/Non-2xx/ { print $NF }' <<<"$out")
+    if [[ $want == 429 ]]; then
+        [[ $non2xx == "$n" ]] || { echo "instructions.sh: $name: not every request rejected: $out" >&2; exit 1; }
+    else
+        [[ $non2xx == "" ]] || { echo "instructions.sh: non-2xx answers: $out" >&2; exit 1; }
+    fi
     dump=$(ls -t "$TMP"/cg.out.* | head -1)
     ir=$(awk '/^summary:/ { print $2 }' "$dump")
     IR[$i]=$((ir / n))

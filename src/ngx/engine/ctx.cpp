@@ -119,6 +119,7 @@ rl_ctx_t* rl_ctx_create(ngx_pool_t* pool, ngx_log_t* log, const rl_scope_t* scop
             res.cost = applied[i].zone->sync_mode == RL_SYNC_LEASE ? 1 : rl::kNeedOne;
         }
         res.hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
+        res.key = key;
         res.store = first_store(res);
     }
     ctx->nresults = m;

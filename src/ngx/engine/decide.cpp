@@ -3,6 +3,7 @@
 
 #include "ngx/engine/delay.h"
 #include "ngx/engine/stores.h"
+#include "ngx/engine/top.h"
 #include "ngx/metrics/metrics.h"
 #include "ngx/stores/pass.h"
 
@@ -120,6 +121,7 @@ void finish(rl_ctx_t* ctx) {
         ctx->status = scope->dry_run    ? RL_STATUS_REJECTED_DRY_RUN
                       : blocked(res, n) ? RL_STATUS_BLOCKED
                                         : RL_STATUS_REJECTED;
+        rl_top_record(ctx);  // the rejection path only: an admitted request pays nothing
     } else {
         ctx->decider = pick_most_restrictive(res, n);
         ctx->status = RL_STATUS_PASSED;

@@ -44,6 +44,7 @@ void foreign_zone(void* data, const ngx_str_t& name, const rl_metrics_zone_t& c)
     z = rl_zone_snapshot_t{};
     z.name = rl_sv(name);
     z.subsystem = f->subsystem;
+    z.counted = true;
     for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z.requests[k] = load(c.requests[k]);
     for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z.datagrams[k] = load(c.datagrams[k]);
     uint64_t kind = load(c.kind);
@@ -81,40 +82,52 @@ bool rl_snapshot_take(ngx_pool_t* pool, const rl_engine_conf_t* ecf, rl_snapshot
     s->nzones = s->nredis = 0;
     auto** zones = static_cast<rl_zone_t**>(ecf->zones.elts);
     for (ngx_uint_t i = 0; i < ecf->zones.nelts; i++) {
-        rl_zone_t* zone = zones[i];
-        if (zone->metrics == nullptr) continue;
-        rl_zone_snapshot_t& z = s->zones[s->nzones++];
-        z.name = rl_sv(zone->name);
-        for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z.requests[k] = load(zone->metrics->requests[k]);
-        for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z.datagrams[k] = load(zone->metrics->datagrams[k]);
-        z.table = true;
-        z.concurrency = zone->concurrency;
-        z.in_flight = static_cast<int64_t>(load(zone->metrics->in_flight));
-        z.redis = zone->redis != nullptr && zone->sync_shm == nullptr && !zone->concurrency;
-        z.settle_failures = load(zone->metrics->settle_failures);
-        // Under the zone's lock: the table's fields change together with its slots.
-        ngx_shmtx_lock(&zone->shpool->mutex);
-        z.keys = zone->table->used;
-        z.capacity = zone->table->nslots;
-        z.evictions = zone->table->evictions;
-        if (const rl_sync_shm_t* h = zone->sync_shm) {
-            z.sync = true;
-            z.sync_rounds = h->rounds;
-            z.sync_keys = h->keys_sent;
-            z.sync_failures = h->failures;
-            z.sync_hosts = h->hosts;
-        }
-        ngx_shmtx_unlock(&zone->shpool->mutex);
+        if (zones[i]->metrics != nullptr) rl_snapshot_zone(zones[i], &s->zones[s->nzones++]);
     }
     auto** all = static_cast<rl_redis_t**>(ecf->redis.elts);
     for (ngx_uint_t i = 0; i < ecf->redis.nelts; i++) {
-        rl_metrics_redis_t* m = all[i]->conn.metrics;
-        if (m == nullptr) continue;
-        read_redis(s->redis[s->nredis++], all[i]->name, *m);
+        if (rl_snapshot_redis(all[i], &s->redis[s->nredis])) s->nredis++;
     }
     return true;
 }
 
+void rl_snapshot_zone(const rl_zone_t* zone, rl_zone_snapshot_t* z) noexcept {
+    *z = rl_zone_snapshot_t{};
+    z->name = rl_sv(zone->name);
+    z->concurrency = zone->concurrency;
+    z->redis = zone->redis != nullptr && zone->sync_shm == nullptr && !zone->concurrency;
+    if (const rl_metrics_zone_t* m = zone->metrics) {
+        z->counted = true;
+        for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z->requests[k] = load(m->requests[k]);
+        for (ngx_uint_t k = 0; k < RL_RESULT_N; k++) z->datagrams[k] = load(m->datagrams[k]);
+        z->in_flight = static_cast<int64_t>(load(m->in_flight));
+        z->settle_failures = load(m->settle_failures);
+    }
+    if (zone->table == nullptr) return;
+    z->table = true;
+    // Under the zone's lock: the table's fields change together with its slots.
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    z->keys = zone->table->used;
+    z->capacity = zone->table->nslots;
+    z->evictions = zone->table->evictions;
+    if (const rl_sync_shm_t* h = zone->sync_shm) {
+        z->sync = true;
+        z->sync_rounds = h->rounds;
+        z->sync_keys = h->keys_sent;
+        z->sync_failures = h->failures;
+        z->sync_hosts = h->hosts;
+        z->sync_last_ok = h->last_ok;
+    }
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+bool rl_snapshot_redis(const rl_redis_t* redis, rl_redis_snapshot_t* d) noexcept {
+    const rl_metrics_redis_t* m = redis->conn.metrics;
+    if (m == nullptr) return false;
+    *d = rl_redis_snapshot_t{};
+    read_redis(*d, redis->name, *m);
+    return true;
+}
 
 bool rl_snapshot_add(ngx_pool_t* pool, ngx_cycle_t* cycle, const ngx_str_t& name, std::string_view subsystem,
                      rl_snapshot_t* s) noexcept {

@@ -3,6 +3,7 @@
 #include "ngx/http/headers.h"
 
 #include "ngx/http/request.h"
+#include "ngx/http/send.h"
 
 #include "core/text/headers.h"
 
@@ -10,23 +11,10 @@ namespace {
 
 ngx_http_output_header_filter_pt rl_next_header_filter;
 
-// Adds a response header whose value is `len` bytes at `data` (owned by the request's pool).
-bool add_header(ngx_http_request_t* r, const char* name, u_char* data, size_t len) {
-    auto* h = static_cast<ngx_table_elt_t*>(ngx_list_push(&r->headers_out.headers));
-    if (h == nullptr) return false;
-    ngx_memzero(h, sizeof(ngx_table_elt_t));
-    h->hash = 1;
-    h->key.len = ngx_strlen(name);
-    h->key.data = reinterpret_cast<u_char*>(const_cast<char*>(name));
-    h->value.len = len;
-    h->value.data = data;
-    return true;
-}
-
 bool add_number(ngx_http_request_t* r, const char* name, int64_t v) {
     auto* buf = static_cast<u_char*>(ngx_pnalloc(r->pool, NGX_INT64_LEN));
     if (buf == nullptr) return false;
-    return add_header(r, name, buf, ngx_sprintf(buf, "%L", v) - buf);
+    return rl_http_add_header(r, name, buf, ngx_sprintf(buf, "%L", v) - buf);
 }
 
 rl::HeaderItem item_of(const rl_result_t& res) {
@@ -41,7 +29,7 @@ bool add_list(ngx_http_request_t* r, const char* name, const rl::HeaderItem* ite
               size_t (*format)(char*, const rl::HeaderItem*, size_t)) {
     auto* buf = static_cast<char*>(ngx_pnalloc(r->pool, rl::header_max_len(items, n)));
     if (buf == nullptr) return false;
-    return add_header(r, name, reinterpret_cast<u_char*>(buf), format(buf, items, n));
+    return rl_http_add_header(r, name, reinterpret_cast<u_char*>(buf), format(buf, items, n));
 }
 
 bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
@@ -64,7 +52,8 @@ bool add_headers(ngx_http_request_t* r, const rl_ctx_t* ctx) {
         }
         if (n == ctx->napplied && rl_http(ctx)->policy != nullptr) {
             // Every applied limit decided, none from a tier: the location's policy, formatted at merge.
-            if (!add_header(r, "RateLimit-Policy", rl_http(ctx)->policy->data, rl_http(ctx)->policy->len)) return false;
+            const ngx_str_t* policy = rl_http(ctx)->policy;
+            if (!rl_http_add_header(r, "RateLimit-Policy", policy->data, policy->len)) return false;
         } else if (!add_list(r, "RateLimit-Policy", items, n, rl::format_policy)) {
             return false;
         }

@@ -1,6 +1,7 @@
 // The HTTP front end's module: directives, configuration create/merge, the phases and the filter
 // it takes part in, and the engine's start and stop in each worker.
 #include "ngx/engine/conf.h"
+#include "ngx/engine/top.h"
 #include "ngx/engine/worker.h"
 #include "ngx/http/access.h"
 #include "ngx/http/api/api.h"
@@ -119,6 +120,17 @@ bool rl_build_policy_header(ngx_conf_t* cf, rl_loc_conf_t* conf) noexcept {
     return true;
 }
 
+// The prefix lengths of $ratelimit_client_prefix where a zone keyed on it applies, for its top
+// keys' text: in locations only (a server's own level decides no request).
+void rl_note_prefixes(ngx_conf_t* cf, const rl_loc_conf_t* conf) {
+    auto* clcf = static_cast<ngx_http_core_loc_conf_t*>(ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module));
+    if (conf->scope.applied == nullptr || clcf->name.len == 0) return;
+    auto* applied = static_cast<rl_applied_t*>(conf->scope.applied->elts);
+    for (ngx_uint_t i = 0; i < conf->scope.applied->nelts; i++) {
+        rl_top_prefix(applied[i].zone, static_cast<unsigned>(conf->prefix_v4), static_cast<unsigned>(conf->prefix_v6));
+    }
+}
+
 char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept {
     auto* prev = static_cast<rl_loc_conf_t*>(parent);
     auto* conf = static_cast<rl_loc_conf_t*>(child);
@@ -127,6 +139,7 @@ char* rl_merge_loc_conf(ngx_conf_t* cf, void* parent, void* child) noexcept {
     rl_client_prefix_merge(conf, prev);
     if (!rl_scope_merge(cf, &conf->scope, &prev->scope)) return static_cast<char*>(NGX_CONF_ERROR);
     if (!rl_build_policy_header(cf, conf)) return static_cast<char*>(NGX_CONF_ERROR);
+    rl_note_prefixes(cf, conf);
     return NGX_CONF_OK;
 }
 

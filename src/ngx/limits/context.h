@@ -38,6 +38,7 @@ struct rl_result_t {
                          // give-back and settle go to that life only (stores/pass.cpp)
     int64_t delta;       // a settle: what it charges (> 0) or gives back (< 0)
     uint8_t flags;       // RL_RES_*, and its store's own
+    ngx_str_t key;       // the evaluated key (the front end's memory, as long as the subject): the top keys' text
 };
 
 // Whether a result has a decision (headers and variables show only those).

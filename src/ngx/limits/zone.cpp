@@ -10,6 +10,7 @@
 #include "core/algo/calendar.h"
 #include "core/algo/concurrency.h"
 #include "core/algo/decide.h"
+#include "core/keys/top_keys.h"
 #include "core/text/rate.h"
 #include "core/wire/redis_command.h"
 
@@ -34,6 +35,7 @@ struct zone_args_t {
     bool have_hold;
     int64_t default_concurrency;
     int64_t hold_us;
+    ngx_str_t top_arg;           // top=K, as written
 };
 
 // A number or a variable (a tier's): a variable is compiled into *cv.
@@ -125,13 +127,30 @@ rl_param_e read_limit_param(ngx_conf_t* cf, const rl_frontend_t* fe, rl_zone_t* 
     return RL_PARAM_READ;
 }
 
-// The parameters of where the state lives: key=, size=, redis=, sync=, sync_mode=.
+// How the keys of key=`v` read: two variables hold binary addresses, known by name here (the
+// key is exactly one of them).
+rl_key_kind_e key_kind(const ngx_str_t& v) {
+    std::string_view k = rl_sv(v);
+    if (k == "$binary_remote_addr" || k == "${binary_remote_addr}") return RL_KEY_ADDR;
+    if (k == "$ratelimit_client_prefix" || k == "${ratelimit_client_prefix}") return RL_KEY_PREFIX;
+    return RL_KEY_TEXT;
+}
+
+// The parameters of where the state lives: key=, size=, redis=, sync=, sync_mode=, top=.
 rl_param_e read_store_param(ngx_conf_t* cf, const rl_frontend_t* fe, rl_zone_t* zone, zone_args_t& z, ngx_str_t& a) {
     ngx_str_t v;
     if (rl_arg(a, "key=", v)) {
         zone->key = fe->compile(cf, &v);
         if (zone->key == nullptr) return RL_PARAM_ERROR;
+        zone->key_kind = key_kind(v);
         z.have_key = true;
+    } else if (rl_arg(a, "top=", v)) {
+        int64_t k;
+        if (!rl::parse_int(rl_sv(v), 0, kRlTopMaxK, k)) {
+            return rl_param_error(cf, "invalid top \"%V\", it must be from 0 (off) to %uD", &a, kRlTopMaxK);
+        }
+        zone->top_k = static_cast<uint32_t>(k);
+        z.top_arg = a;
     } else if (rl_arg(a, "size=", v)) {
         ssize_t n = ngx_parse_size(&v);
         if (n == NGX_ERROR) return rl_param_error(cf, "invalid size \"%V\"", &a);
@@ -194,6 +213,16 @@ bool check_sync(ngx_conf_t* cf, rl_zone_t* zone, const zone_args_t& z) {
     if (!z.mode_set) zone->sync_mode = RL_SYNC_OPTIMISTIC;
     zone->sync_policies = ngx_array_create(cf->pool, 2, sizeof(rl::Policy));
     return zone->sync_policies != nullptr;
+}
+
+// top=: given, or the default for the zone's size; the summary takes at most half the zone.
+bool check_top(ngx_conf_t* cf, rl_zone_t* zone, const zone_args_t& z) {
+    if (z.top_arg.len == 0) zone->top_k = z.size >= kRlTopDefaultMinSize ? kRlTopDefaultK : 0;
+    size_t bytes = rl::top_keys_bytes(zone->top_k);
+    if (bytes <= rl_zone_usable_bytes(z.size) / 2) return true;
+    rl_conf_error(cf, "zone \"%V\" is too small for \"%V\": its summary takes %uz bytes, at most half the zone",
+                  &zone->name, &z.top_arg, bytes);
+    return false;
 }
 
 // The zone's shared memory, and the zone among the block's.
@@ -326,9 +355,9 @@ bool refuse(ngx_conf_t* cf, const rl_limit_t* where, const char* fmt, Args... ar
 
 // ratelimit_zone NAME key=STRING (rate=R | rate=$VAR default_rate=R | requests=N period=T) [burst=N|$VAR]
 //                [size=S] [algo=A] [block=TIME] [redis=NAME [sync=TIME [sync_mode=optimistic|lease]]]
-//                (period=day|week|month|year: [timezone=Area/City], check_calendar)
+//                [top=K] (period=day|week|month|year: [timezone=Area/City], check_calendar)
 // ratelimit_zone NAME key=STRING (concurrency=N | concurrency=$VAR default_concurrency=N) [size=S]
-//                [redis=NAME [hold=TIME]]
+//                [redis=NAME [hold=TIME]] [top=K]
 char* rl_zone_parse(ngx_conf_t* cf, rl_engine_conf_t* ecf) noexcept {
     auto* args = static_cast<ngx_str_t*>(cf->args->elts);
     if (!rl_no_duplicate_params(cf, 2)) return static_cast<char*>(NGX_CONF_ERROR);
@@ -349,6 +378,7 @@ char* rl_zone_parse(ngx_conf_t* cf, rl_engine_conf_t* ecf) noexcept {
     }
 
     if (!z.have_key) return rl_conf_error(cf, "\"key\" is required in ratelimit zone \"%V\"", &zone->name);
+    if (!check_top(cf, zone, z)) return static_cast<char*>(NGX_CONF_ERROR);
     bool conc = zone->concurrency || z.default_concurrency > 0 || z.have_hold;
     if (zone->policy.block_us > 0 && (conc || zone->sync_us != 0) && !rl_zone_check_block(cf, zone, nullptr)) {
         return static_cast<char*>(NGX_CONF_ERROR);
@@ -399,7 +429,8 @@ bool rl_zone_check_log(ngx_conf_t* cf, rl_zone_t* zone, const rl::Policy& policy
     }
     zone->uses_log = true;
     uint32_t slot = rl::slot_size_for(rl::ring_bytes(policy));
-    if (rl::table_capacity(rl_zone_usable_bytes(zone->shm_zone->shm.size), slot) > 0) return true;
+    size_t usable = rl_zone_usable_bytes(zone->shm_zone->shm.size) - rl::top_keys_bytes(zone->top_k);
+    if (rl::table_capacity(usable, slot) > 0) return true;
     return refuse(cf, where, "zone \"%V\" is too small for the sliding log of %L requests (%uD bytes per key)",
                   &zone->name, policy.requests, slot);
 }

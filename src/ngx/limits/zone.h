@@ -13,6 +13,9 @@ struct rl_redis_t;
 struct rl_metrics_zone_t;
 struct rl_sync_shm_t;
 struct rl_sync_zone_t;
+namespace rl {
+struct TopKeys;
+}
 
 // The kinds of store (stores/store.h): each is its bit in a request's set of stores
 // (rl_ctx_t::stores) and its room in rl_ctx_t::store_data.
@@ -25,6 +28,13 @@ enum rl_store_id_e : uint8_t {
     RL_STORE_IDS,
 };
 constexpr ngx_uint_t kRlStores = RL_STORE_IDS;
+
+// How a zone's keys read as text (the top keys, engine/top.h): decided from key= as written.
+enum rl_key_kind_e : uint8_t {
+    RL_KEY_TEXT = 0,    // its bytes
+    RL_KEY_ADDR,        // key=$binary_remote_addr: 4 or 16 bytes, shown as the address
+    RL_KEY_PREFIX,      // key=$ratelimit_client_prefix: the address cut to a prefix, shown with its length
+};
 
 enum rl_sync_mode_e : uint8_t {
     RL_SYNC_OFF = 0,
@@ -81,7 +91,23 @@ struct rl_zone_t {
     // period=day|week|month|year (policy.calendar): the windows' time zone (timezone=, from
     // rl::find_time_zone), nullptr for UTC
     const void* tz;
+    // top=K (engine/top.h): the keys it rejects most, counted in its shared memory, at the end
+    // of its block (stores/table.cpp)
+    uint32_t top_k;              // 0: off
+    rl::TopKeys* top;            // the summary, nullptr when off
+    size_t top_bytes;            // the room kept for it there (a reload keeps what the running workers use)
+    rl_key_kind_e key_kind;
+    uint8_t prefix_v4;           // RL_KEY_PREFIX: the prefix lengths where the zone applies (the
+    uint8_t prefix_v6;           // front end's, engine/top.h): 0 none seen, kRlPrefixMixed not one
 };
+
+constexpr uint8_t kRlPrefixMixed = 255;
+
+// top=: the largest K, and the default (off in zones under kRlTopDefaultMinSize: it would take
+// more than 6.5% of them).
+constexpr uint32_t kRlTopMaxK = 4096;
+constexpr uint32_t kRlTopDefaultK = 16;
+constexpr size_t kRlTopDefaultMinSize = 256 * 1024;
 
 // Bytes of a zone's shared memory its table can use: the slab pool keeps a header and a page
 // descriptor per page.

@@ -1,11 +1,12 @@
 // A zone's table in shared memory: one allocation as large as the zone allows, laid out once
 // and reused across reloads; a sync zone's block starts with its store's area (the view, the
-// unsent deltas, the leases) before the table.
+// unsent deltas, the leases) before the table; the top keys' summary (top=K) ends it.
 #include "ngx/stores/table.h"
 
 #include "ngx/stores/store.h"
 
 #include "core/algo/decide.h"
+#include "core/keys/top_keys.h"
 
 #include <sys/random.h>
 
@@ -52,6 +53,49 @@ bool zone_compatible(const rl_zone_t* zone, const rl_zone_t* old, uint32_t slot_
            old->table->nslots <= cap;
 }
 
+// The top keys' summary at the end of the block, in the room kept for it (zone->top_bytes):
+// fresh memory gets what top=K needs; a reload keeps the room of the running workers, who write
+// their summary there until they exit, so that neither the table nor the summary moves. The
+// summary found there is kept when it has this K, laid out afresh otherwise (those workers read
+// its header, under the lock, at each call).
+bool top_init(rl_zone_t* zone, const rl_zone_t* old, ngx_log_t* log) {
+    zone->top = nullptr;
+    if (zone->top_k == 0) return true;
+    size_t need = rl::top_keys_bytes(zone->top_k);
+    if (need > zone->top_bytes) {
+        ngx_log_error(NGX_LOG_EMERG, log, 0,
+                      "ratelimit zone \"%V\": top=%uD needs %uz bytes, more than the %uz its summary has in the "
+                      "memory the running workers use: give the zone another name or size, or restart nginx",
+                      &zone->name, zone->top_k, need, zone->top_bytes);
+        return false;
+    }
+    auto* at = static_cast<u_char*>(zone->block) + zone->block_bytes - zone->top_bytes;
+    auto* found = reinterpret_cast<rl::TopKeys*>(at);
+    if (old != nullptr && rl::top_keys_compatible(found, zone->top_k, rl::kTopWindowUs)) {
+        zone->top = found;  // its counts carry on
+        return true;
+    }
+    uint64_t secret = table_secret(log);
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    zone->top = rl::top_keys_format(at, zone->top_bytes, zone->top_k, rl::kTopWindowUs, secret);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+    return zone->top != nullptr;
+}
+
+void log_layout(const rl_zone_t* zone, ngx_log_t* log, uint32_t slot_size) {
+    if (zone->top == nullptr) {
+        ngx_log_error(NGX_LOG_INFO, log, 0, "ratelimit zone \"%V\": %uD keys of %uD bytes, %uD buckets; top off",
+                      &zone->name, zone->table->nslots, slot_size, zone->table->nbuckets);
+        return;
+    }
+    ngx_log_error(NGX_LOG_INFO, log, 0,
+                  "ratelimit zone \"%V\": %uD keys of %uD bytes, %uD buckets; top %uD keys in %uz bytes (two "
+                  "one-minute summaries of %uD entries of %uz bytes and %uD cells of %uz bytes)",
+                  &zone->name, zone->table->nslots, slot_size, zone->table->nbuckets, zone->top_k,
+                  rl::top_keys_bytes(zone->top_k), zone->top_k, sizeof(rl::TopEntry), rl::top_keys_cells(zone->top_k),
+                  sizeof(rl::TopCell));
+}
+
 }  // namespace
 
 ngx_int_t rl_zone_table_init(ngx_shm_zone_t* shm_zone, void* data) noexcept {
@@ -63,6 +107,7 @@ ngx_int_t rl_zone_table_init(ngx_shm_zone_t* shm_zone, void* data) noexcept {
         zone->shpool = old->shpool;
         zone->block = old->block;
         zone->block_bytes = old->block_bytes;
+        zone->top_bytes = old->top_bytes;
         uint32_t cap;
         size_t area = store_area(zone, zone->block_bytes, slot_size, &cap);
         if ((old->sync_shm != nullptr) != (zone->store->area_bytes != nullptr) ||
@@ -74,6 +119,7 @@ ngx_int_t rl_zone_table_init(ngx_shm_zone_t* shm_zone, void* data) noexcept {
                           &zone->name);
             return NGX_ERROR;
         }
+        if (!top_init(zone, old, shm_zone->shm.log)) return NGX_ERROR;
         if (zone_compatible(zone, old, slot_size, cap)) {
             zone->table = old->table;
             zone->sync_shm = old->sync_shm;  // the view, the unsent deltas and the leases carry on
@@ -100,6 +146,8 @@ ngx_int_t rl_zone_table_init(ngx_shm_zone_t* shm_zone, void* data) noexcept {
             }
             zone->shpool->data = zone->block;
         }
+        zone->top_bytes = rl::top_keys_bytes(zone->top_k);
+        if (!top_init(zone, nullptr, shm_zone->shm.log)) return NGX_ERROR;
     }
 
     uint64_t secret = table_secret(shm_zone->shm.log);
@@ -107,7 +155,9 @@ ngx_int_t rl_zone_table_init(ngx_shm_zone_t* shm_zone, void* data) noexcept {
     size_t area = store_area(zone, zone->block_bytes, slot_size, &cap);
     ngx_shmtx_lock(&zone->shpool->mutex);
     zone->sync_shm = nullptr;
-    zone->table = rl::table_format(static_cast<u_char*>(zone->block) + area, zone->block_bytes - area, slot_size, secret);
+    size_t room = zone->block_bytes - area;
+    room = room > zone->top_bytes ? room - zone->top_bytes : 0;
+    zone->table = rl::table_format(static_cast<u_char*>(zone->block) + area, room, slot_size, secret);
     if (zone->table != nullptr && area > 0) {
         zone->sync_shm = static_cast<rl_sync_shm_t*>(zone->block);
         zone->store->area_format(zone->sync_shm, cap);
@@ -118,7 +168,6 @@ ngx_int_t rl_zone_table_init(ngx_shm_zone_t* shm_zone, void* data) noexcept {
                       "ratelimit zone \"%V\" is too small for one key of %uD bytes", &zone->name, slot_size);
         return NGX_ERROR;
     }
-    ngx_log_error(NGX_LOG_INFO, shm_zone->shm.log, 0, "ratelimit zone \"%V\": %uD keys of %uD bytes, %uD buckets",
-                  &zone->name, zone->table->nslots, slot_size, zone->table->nbuckets);
+    log_layout(zone, shm_zone->shm.log, slot_size);
     return NGX_OK;
 }

@@ -322,6 +322,15 @@ sub key_state {
     return eval { JSON::PP::decode_json($body) } // { status => 'bad json' };
 }
 
+# $n->api($method, $path): (status, the body decoded from JSON or undef, \%headers) of one
+# request to a ratelimit_api location.
+sub api {
+    my ($self, $method, $path) = @_;
+    my ($st, $h, $body) = http_request($self->port, $path, undef, $method);
+    require JSON::PP;
+    return ($st // 'ERR', eval { JSON::PP::decode_json($body // '') }, $h);
+}
+
 # $n->remaining($path): units left as a quantity=0 location reports them ('-' if not decided
 # in Redis).
 sub remaining {

@@ -1,8 +1,12 @@
-// ratelimit_api: the zones and one key's state as JSON, and a key's reset, in the zone's store.
+// ratelimit_api: the zones and one key's state as JSON, and a key's reset, in the zone's store;
+// the dashboard that shows them (dashboard/API.md).
 //
-//   GET    .../zones                    every zone: store, policies, keys, capacity, evictions, sync
+//   GET    .../zones                    every zone: store, policies, keys, capacity, evictions, sync,
+//                                       top keys, counters; every ratelimit_redis's counters
 //   GET    .../zones/NAME?key=K|addr=A  one key: remaining, reset, retry-after (cost 1), block, in flight
-//   DELETE .../zones/NAME?key=K|addr=A  the key starts afresh (write=on only)
+//   GET    .../zones/NAME/top?n=N       the keys the zone rejects most, lately
+//   DELETE .../zones/NAME?key=K|addr=A  the key starts afresh, and leaves the top keys (write=on only)
+//   GET    .../ (Accept: text/html), .../app.js, .../style.css, .../icon.svg   the dashboard
 //
 // Shared memory (and sync zones' local view, and in-flight slots) is read under the zone's lock
 // on a copy (engine/inspect.h): nothing is consumed, no slot is made for an unknown key. Redis
@@ -10,25 +14,41 @@
 // worker.
 #include "ngx/http/api/api.h"
 
+#include "ngx/engine/metrics_zone.h"
+#include "ngx/engine/top.h"
 #include "ngx/http/api/key.h"
+#include "ngx/http/api/page.h"
 #include "ngx/http/api/redis.h"
 #include "ngx/http/api/reply.h"
+#include "ngx/http/api/top.h"
 
 namespace {
 
 ngx_int_t rl_api_handler(ngx_http_request_t* r) noexcept;
 
-// The path after the location: ".../zones" (all) or ".../zones/NAME" (one, NAME set).
-bool route(std::string_view uri, std::string_view* name) {
-    static constexpr std::string_view kZones = "/zones";
+// What a request asks for, by the end of its path.
+enum route_e {
+    ROUTE_NONE = 0,
+    ROUTE_ZONES,  // .../zones
+    ROUTE_ZONE,   // .../zones/NAME
+    ROUTE_TOP,    // .../zones/NAME/top
+    ROUTE_FILE,   // the dashboard's: .../ (the page), .../app.js...
+};
+
+route_e route(std::string_view uri, std::string_view* name) {
+    static constexpr std::string_view kZones = "/zones", kTop = "/top";
     *name = {};
-    if (uri.size() >= kZones.size() && uri.substr(uri.size() - kZones.size()) == kZones) return true;
+    if (uri.size() >= kZones.size() && uri.substr(uri.size() - kZones.size()) == kZones) return ROUTE_ZONES;
     size_t at = uri.rfind("/zones/");
-    if (at == std::string_view::npos) return false;
-    std::string_view rest = uri.substr(at + kZones.size() + 1);
-    if (rest.find('/') != std::string_view::npos) return false;
-    *name = rest;
-    return true;
+    if (at != std::string_view::npos) {
+        std::string_view rest = uri.substr(at + kZones.size() + 1);
+        size_t slash = rest.find('/');
+        *name = rest.substr(0, slash);
+        if (slash == std::string_view::npos) return rest.empty() ? ROUTE_ZONES : ROUTE_ZONE;
+        return rest.substr(slash) == kTop ? ROUTE_TOP : ROUTE_NONE;
+    }
+    *name = uri.substr(uri.rfind('/') + 1);
+    return rl_api_is_file(*name) ? ROUTE_FILE : ROUTE_NONE;
 }
 
 ngx_int_t inspect_local(ngx_http_request_t* r, rl_zone_t* zone, const rl::KeyHash& hash) {
@@ -60,12 +80,12 @@ ngx_int_t rl_api_handler(ngx_http_request_t* r) noexcept {
     ngx_int_t rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) return rc;
     std::string_view name;
-    if (!route(rl_sv(r->uri), &name)) return rl_json_error(r, NGX_HTTP_NOT_FOUND, "unknown endpoint: use .../zones");
+    route_e to = route(rl_sv(r->uri), &name);
+    if (to == ROUTE_NONE) return rl_json_error(r, NGX_HTTP_NOT_FOUND, "unknown endpoint: use .../zones");
+    if (to == ROUTE_FILE) return rl_api_send_file(r, name);
     bool read = r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD);
-    if (name.empty()) {
-        if (!read) return rl_json_error(r, NGX_HTTP_NOT_ALLOWED, "method not allowed: GET only");
-        return rl_api_send_zones(r, &mcf->engine);
-    }
+    if (to != ROUTE_ZONE && !read) return rl_json_error(r, NGX_HTTP_NOT_ALLOWED, "method not allowed: GET only");
+    if (to == ROUTE_ZONES) return rl_api_send_zones(r, &mcf->engine, lcf->api_write);
     if (!read && r->method != NGX_HTTP_DELETE) {
         return rl_json_error(r, NGX_HTTP_NOT_ALLOWED, "method not allowed: GET or DELETE");
     }
@@ -74,12 +94,14 @@ ngx_int_t rl_api_handler(ngx_http_request_t* r) noexcept {
     }
     rl_zone_t* zone = rl_zone_find(&mcf->engine.zones, name);
     if (zone == nullptr || zone->table == nullptr) return rl_json_error(r, NGX_HTTP_NOT_FOUND, "unknown zone");
+    if (to == ROUTE_TOP) return rl_api_send_top(r, zone);
     ngx_str_t key;
     if (const char* why = rl_api_request_key(r, &key)) return rl_json_error(r, NGX_HTTP_BAD_REQUEST, why);
     rl::KeyHash hash = rl::hash_key(key.data, key.len, rl::kDefaultHashK0, rl::kDefaultHashK1);
     bool redis = zone->redis != nullptr;
     if (read) return redis ? rl_api_inspect_redis(r, zone, hash) : inspect_local(r, zone, hash);
     ngx_uint_t local = rl_reset_local(zone, hash);
+    rl_top_drop(zone, hash);
     log_reset(r, zone);
     return redis ? rl_api_reset_redis(r, zone, hash, local) : rl_api_send_reset(r, zone, local, -1);
 }
@@ -102,6 +124,9 @@ char* rl_api_directive(ngx_conf_t* cf, ngx_command_t*, void* conf) noexcept {
         }
     }
     clcf->handler = rl_api_handler;
-    return NGX_CONF_OK;
+    // The request counters (ratelimit_metrics's) are kept too: the dashboard's rates need them.
+    ngx_str_t name = ngx_string("ratelimit:metrics");
+    auto* mcf = static_cast<rl_main_conf_t*>(ngx_http_conf_get_module_main_conf(cf, ngx_http_ratelimit_module));
+    return rl_metrics_zone_add(cf, &mcf->engine, &name) != nullptr ? NGX_CONF_OK : static_cast<char*>(NGX_CONF_ERROR);
 }
 

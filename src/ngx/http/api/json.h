@@ -9,11 +9,29 @@
 #include <string_view>
 
 // Bounded writer over a buffer from the request's pool (sized by the caller, with room to spare).
+// Copies and its own digits rather than ngx_slprintf, which reads a format per call: a poll of
+// the dashboard writes thousands of members.
 struct rl_json_t {
     u_char* start;
     u_char* p;
     u_char* last;
-    void raw(const char* s) { p = ngx_slprintf(p, last, "%s", s); }
+    void put(const char* s, size_t n) {
+        size_t room = static_cast<size_t>(last - p);
+        n = n < room ? n : room;
+        p = ngx_cpymem(p, s, n);
+    }
+    void raw(const char* s) { put(s, ngx_strlen(s)); }
+    void integer(int64_t v) {
+        char buf[NGX_INT64_LEN];
+        char* d = buf + sizeof(buf);
+        uint64_t u = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+        do {
+            *--d = static_cast<char>('0' + u % 10);
+            u /= 10;
+        } while (u != 0);
+        if (v < 0) *--d = '-';
+        put(d, static_cast<size_t>(buf + sizeof(buf) - d));
+    }
     void str(std::string_view s) {
         static const char kHex[] = "0123456789abcdef";
         if (p < last) *p++ = '"';
@@ -22,8 +40,9 @@ struct rl_json_t {
             if (ch == '"' || ch == '\\') {
                 *p++ = '\\';
                 *p++ = ch;
-            } else if (ch < 0x20 || ch >= 0x7f) {
-                // Not UTF-8 checked (Redis's text, zone names): escaped byte by byte
+            } else if (ch < 0x20 || ch >= 0x7f || ch == '<' || ch == '>' || ch == '&') {
+                // Not UTF-8 checked (Redis's text, keys): escaped byte by byte; no markup
+                // either, should anything read the JSON as HTML
                 *p++ = '\\';
                 *p++ = 'u';
                 *p++ = '0';
@@ -37,15 +56,21 @@ struct rl_json_t {
         if (p < last) *p++ = '"';
     }
     void key(const char* k) {
-        p = ngx_slprintf(p, last, "\"%s\":", k);
+        put("\"", 1);
+        raw(k);
+        put("\":", 2);
     }
-    void num(const char* k, int64_t v) { p = ngx_slprintf(p, last, "\"%s\":%L", k, v); }
+    void num(const char* k, int64_t v) {
+        key(k);
+        integer(v);
+    }
     // Microseconds as milliseconds, rounded up (a wait is never announced shorter than it is).
     void ms(const char* k, int64_t us) {
+        key(k);
         if (us < 0) {
-            p = ngx_slprintf(p, last, "\"%s\":null", k);
+            raw("null");
         } else {
-            p = ngx_slprintf(p, last, "\"%s\":%L", k, (us + 999) / 1000);
+            integer((us + 999) / 1000);
         }
     }
     // A member after another: the comma, then the member.

@@ -1,8 +1,11 @@
 // The API's replies: the zones, a key's state, a key's reset.
 #include "ngx/http/api/reply.h"
 
+#include "ngx/engine/snapshot.h"
+#include "ngx/engine/top.h"
+#include "ngx/http/api/top.h"
+#include "ngx/redis/redis.h"
 #include "ngx/stores/store.h"
-#include "ngx/sync/layout.h"
 
 #include "core/algo/algorithm.h"
 
@@ -41,79 +44,188 @@ void write_figures(rl_json_t& j, const rl_key_state_t& s) {
     }
 }
 
+// The counters of GET .../zones, in the order the dashboard's API.md lists them.
+const struct {
+    const char* name;
+    rl_result_kind_e kind;
+} kRequests[] = {
+    {"passed", RL_RESULT_PASSED}, {"delayed", RL_RESULT_DELAYED}, {"rejected", RL_RESULT_REJECTED},
+    {"blocked", RL_RESULT_BLOCKED}, {"rejected_dry_run", RL_RESULT_REJECTED_DRY_RUN},
+    {"delayed_dry_run", RL_RESULT_DELAYED_DRY_RUN}, {"blocked_dry_run", RL_RESULT_BLOCKED_DRY_RUN},
+    {"exempt", RL_RESULT_EXEMPT}, {"error_allowed", RL_RESULT_ERROR_ALLOWED},
+    {"error_denied", RL_RESULT_ERROR_DENIED}, {"error_local", RL_RESULT_ERROR_LOCAL},
+};
+const char* const kErrors[RL_REDIS_ERR_N] = {
+    "timeout", "refused", "reset", "protocol", "error_reply", "overflow", "out_of_bounds", "tls",
+};
+constexpr size_t kZoneTop = 3;  // the top keys a zone shows in GET .../zones
+
+// Nanoseconds as seconds, a decimal without trailing zeros (a histogram's bound: 0.00025).
+void seconds(rl_json_t& j, uint64_t ns) {
+    uint64_t frac = ns % 1000000000;
+    j.integer(static_cast<int64_t>(ns / 1000000000));
+    if (frac == 0) return;
+    char digits[10] = ".";
+    for (int i = 9; i >= 1; i--, frac /= 10) digits[i] = static_cast<char>('0' + frac % 10);
+    size_t n = 10;
+    while (digits[n - 1] == '0') n--;
+    j.put(digits, n);
+}
+
+// A count that is kept only with the counters: null without them.
+void counter(rl_json_t& j, const char* k, bool counted, int64_t v) {
+    if (counted) {
+        j.then_num(k, v);
+    } else {
+        j.then_key(k);
+        j.raw("null");
+    }
+}
+
+// The zone's counters (the metrics'), and its first top keys.
+void write_counts(rl_json_t& j, const rl_zone_t* zone, const rl_zone_snapshot_t& z, int64_t now) {
+    j.then_num("top_k", zone->top_k);
+    j.raw(",\"top\":[");
+    rl::TopItem items[kZoneTop];
+    rl::TopWindow w;
+    size_t got = rl_top_read(const_cast<rl_zone_t*>(zone), now, items, kZoneTop, &w);
+    for (size_t i = 0; i < got; i++) {
+        if (i > 0) j.raw(",");
+        rl_api_top_item(j, zone, items[i]);
+    }
+    j.raw("]");
+    j.then_key("requests");
+    if (z.counted) {
+        j.raw("{");
+        for (size_t k = 0; k < sizeof(kRequests) / sizeof(kRequests[0]); k++) {
+            if (k > 0) j.raw(",");
+            j.num(kRequests[k].name, static_cast<int64_t>(z.requests[kRequests[k].kind]));
+        }
+        j.raw("}");
+    } else {
+        j.raw("null");
+    }
+    if (z.concurrency) counter(j, "in_flight", z.counted, z.in_flight);
+    if (z.redis) counter(j, "settle_failures", z.counted, static_cast<int64_t>(z.settle_failures));
+}
+
+// A zone's sync health: mode, interval, rounds, failures, hosts, the last round, keys sent.
+void write_sync(rl_json_t& j, const rl_zone_t* zone, const rl_zone_snapshot_t& z) {
+    j.raw(",\"sync\":{");
+    j.key("mode");
+    j.str(zone->sync_mode == RL_SYNC_LEASE ? "lease" : "optimistic");
+    j.then_ms("interval_ms", zone->sync_us);
+    j.then_num("rounds", static_cast<int64_t>(z.sync_rounds));
+    j.then_num("failures", static_cast<int64_t>(z.sync_failures));
+    j.then_num("hosts", z.sync_hosts);
+    j.raw(",");
+    // ngx_current_msec is CLOCK_MONOTONIC: the same in every worker.
+    if (z.sync_last_ok == 0) {
+        j.raw("\"last_round_ms_ago\":null");
+    } else {
+        j.num("last_round_ms_ago", static_cast<int64_t>(ngx_current_msec - z.sync_last_ok));
+    }
+    j.then_num("keys_sent", static_cast<int64_t>(z.sync_keys));
+    j.raw("}");
+}
+
+// One zone of GET .../zones.
+void write_zone(rl_json_t& j, const rl_zone_t* zone, int64_t now) {
+    open_zone(j, zone, "name");
+    if (zone->redis_name.len > 0) {
+        j.then_key("redis");
+        j.str(rl_sv(zone->redis_name));
+    }
+    j.then_key("policies");
+    j.raw("[");
+    if (zone->policies != nullptr && zone->policies->nelts > 0) {
+        auto* ps = static_cast<rl::Policy*>(zone->policies->elts);
+        for (ngx_uint_t k = 0; k < zone->policies->nelts; k++) {
+            if (k > 0) j.raw(",");
+            rl_json_policy(j, ps[k]);
+        }
+    } else {
+        rl_json_policy(j, rl_zone_primary_policy(zone));
+    }
+    j.raw("]");
+    j.then_key("tiered");
+    j.raw(zone->rate_cv || zone->burst_cv || zone->concurrency_cv ? "true" : "false");
+    rl_zone_snapshot_t z;
+    rl_snapshot_zone(zone, &z);
+    j.then_num("keys", static_cast<int64_t>(z.keys));
+    j.then_num("capacity", static_cast<int64_t>(z.capacity));
+    j.then_num("evictions", static_cast<int64_t>(z.evictions));
+    if (z.sync) write_sync(j, zone, z);
+    write_counts(j, zone, z, now);
+    j.raw("}");
+}
+
+// One ratelimit_redis of GET .../zones: its counters, as its metrics.
+void write_redis(rl_json_t& j, const rl_redis_snapshot_t& d) {
+    j.raw("{");
+    j.key("name");
+    j.str(d.name);
+    j.then_num("calls", static_cast<int64_t>(d.calls));
+    j.then_num("checks", static_cast<int64_t>(d.checks));
+    j.raw(",\"errors\":{");
+    for (ngx_uint_t k = 0; k < RL_REDIS_ERR_N; k++) {
+        if (k > 0) j.raw(",");
+        j.num(kErrors[k], static_cast<int64_t>(d.errors[k]));
+    }
+    j.raw("}");
+    j.then_num("reconnects", static_cast<int64_t>(d.reconnects));
+    j.then_num("in_flight", d.in_flight);
+    j.raw(",\"redirects\":{");
+    j.num("moved", static_cast<int64_t>(d.moved));
+    j.then_num("ask", static_cast<int64_t>(d.ask));
+    j.raw("},\"round_trip\":{");
+    uint64_t count = 0;
+    for (ngx_uint_t k = 0; k <= kRlRoundTripBuckets; k++) count += d.round_trip[k];
+    j.num("count", static_cast<int64_t>(count));
+    j.p = ngx_slprintf(j.p, j.last, ",\"sum_s\":%.6f,\"buckets\":[", d.round_trip_s);
+    uint64_t below = 0;
+    for (ngx_uint_t k = 0; k < kRlRoundTripBuckets; k++) {
+        below += d.round_trip[k];
+        j.raw(k > 0 ? ",[" : "[");
+        seconds(j, kRlRoundTripBoundsNs[k]);
+        j.raw(",");
+        j.integer(static_cast<int64_t>(below));
+        j.raw("]");
+    }
+    j.raw("]}}");
+}
 
 }  // namespace
 
-ngx_int_t rl_api_send_zones(ngx_http_request_t* r, const rl_engine_conf_t* ecf) noexcept {
+ngx_int_t rl_api_send_zones(ngx_http_request_t* r, const rl_engine_conf_t* ecf, bool write) noexcept {
     auto** zones = static_cast<rl_zone_t**>(ecf->zones.elts);
-    size_t bytes = 64;
+    size_t bytes = 128;
+    auto** redis = static_cast<rl_redis_t**>(ecf->redis.elts);
+    for (ngx_uint_t i = 0; i < ecf->redis.nelts; i++) bytes += 1024 + 6 * redis[i]->name.len;
     for (ngx_uint_t i = 0; i < ecf->zones.nelts; i++) {
         ngx_uint_t np = zones[i]->policies ? zones[i]->policies->nelts : 1;
-        bytes += 768 + 6 * (zones[i]->name.len + zones[i]->redis_name.len) + 256 * np;
+        bytes += 1536 + 6 * (zones[i]->name.len + zones[i]->redis_name.len) + 256 * np + kZoneTop * kRlApiTopItemBytes;
     }
     rl_json_t j;
     if (!rl_json_alloc(r, &j, bytes)) return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    j.raw("{\"zones\":[");
+    int64_t now = rl_top_now_us();
+    j.raw("{");
+    j.num("now_ms", now / 1000);
+    j.then_key("write");
+    j.raw(write ? "true" : "false");
+    j.raw(",\"zones\":[");
     for (ngx_uint_t i = 0; i < ecf->zones.nelts; i++) {
-        rl_zone_t* zone = zones[i];
         if (i > 0) j.raw(",");
-        open_zone(j, zone, "name");
-        if (zone->redis_name.len > 0) {
-            j.then_key("redis");
-            j.str(rl_sv(zone->redis_name));
-        }
-        j.then_key("policies");
-        j.raw("[");
-        if (zone->policies != nullptr && zone->policies->nelts > 0) {
-            auto* ps = static_cast<rl::Policy*>(zone->policies->elts);
-            for (ngx_uint_t k = 0; k < zone->policies->nelts; k++) {
-                if (k > 0) j.raw(",");
-                rl_json_policy(j, ps[k]);
-            }
-        } else {
-            rl_json_policy(j, rl_zone_primary_policy(zone));
-        }
-        j.raw("]");
-        j.then_key("tiered");
-        j.raw(zone->rate_cv || zone->burst_cv || zone->concurrency_cv ? "true" : "false");
-        // Under the zone's lock: the table's fields change together with its slots.
-        uint64_t keys = 0, cap = 0, evictions = 0, rounds = 0, failures = 0, last_ok = 0;
-        int64_t hosts = 0;
-        const rl_sync_shm_t* h = zone->sync_shm;
-        if (zone->table != nullptr) {
-            ngx_shmtx_lock(&zone->shpool->mutex);
-            keys = zone->table->used;
-            cap = zone->table->nslots;
-            evictions = zone->table->evictions;
-            if (h != nullptr) {
-                rounds = h->rounds;
-                failures = h->failures;
-                hosts = h->hosts;
-                last_ok = h->last_ok;
-            }
-            ngx_shmtx_unlock(&zone->shpool->mutex);
-        }
-        j.then_num("keys", static_cast<int64_t>(keys));
-        j.then_num("capacity", static_cast<int64_t>(cap));
-        j.then_num("evictions", static_cast<int64_t>(evictions));
-        if (h != nullptr) {
-            j.raw(",\"sync\":{");
-            j.key("mode");
-            j.str(zone->sync_mode == RL_SYNC_LEASE ? "lease" : "optimistic");
-            j.then_ms("interval_ms", zone->sync_us);
-            j.then_num("rounds", static_cast<int64_t>(rounds));
-            j.then_num("failures", static_cast<int64_t>(failures));
-            j.then_num("hosts", hosts);
-            j.raw(",");
-            // ngx_current_msec is CLOCK_MONOTONIC: the same in every worker.
-            if (last_ok == 0) {
-                j.raw("\"last_round_ms_ago\":null");
-            } else {
-                j.num("last_round_ms_ago", static_cast<int64_t>(ngx_current_msec - last_ok));
-            }
-            j.raw("}");
-        }
-        j.raw("}");
+        write_zone(j, zones[i], now);
+    }
+    j.raw("],\"redis\":[");
+    bool first = true;
+    for (ngx_uint_t i = 0; i < ecf->redis.nelts; i++) {
+        rl_redis_snapshot_t d;
+        if (!rl_snapshot_redis(redis[i], &d)) continue;
+        if (!first) j.raw(",");
+        first = false;
+        write_redis(j, d);
     }
     j.raw("]}");
     return rl_json_send(r, NGX_HTTP_OK, j);
