@@ -1,7 +1,8 @@
 package RLTest::Util;
 # What every other RLTest package needs: where the repository and the module are, files,
 # free loopback ports, temporary directories (kept with RLTEST_KEEP=1), fresh keys, the
-# window clock, settle_value (a value awaited instead of slept for), and processes: run_cmd
+# window clock, wait_until and settle_value (a condition or a value awaited with a deadline
+# instead of slept for), and processes: run_cmd
 # runs a command with a deadline, stop_child ends one that was started in the background,
 # pid_alive tells a live process from a zombie.
 # Core Perl only; depends on no other RLTest package.
@@ -18,7 +19,7 @@ use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 
 our @EXPORT_OK = qw(repo_root module_so slurp spew conf_line_of free_port temp_dir kept_dirs
-  run_cmd stop_child pid_alive worker_rss fresh_key settle_value avoid_window_edge wait_window_offset);
+  run_cmd stop_child pid_alive worker_rss fresh_key wait_until settle_value avoid_window_edge wait_window_offset);
 
 our $KEEP = $ENV{RLTEST_KEEP} ? 1 : 0;    # RLTEST_KEEP=1: keep the temporary directories
 
@@ -85,19 +86,29 @@ sub free_port {
 my $FRESH = 0;
 sub fresh_key { my ($prefix) = @_; $FRESH++; return ($prefix // 'k') . $FRESH }
 
-# settle_value($get, $want, %o): what a test would otherwise sleep for, awaited. Calls
-# $get->() until it returns $want (compared as strings), for up to o{timeout} seconds (3), then
-# once more o{after} seconds (0.2) later, so that a value only passing by on its way elsewhere
-# is not taken. Returns the last value read: $want if it came and stayed.
+# wait_until($cond, %o): a state a test would otherwise sleep for (what a response set off and
+# nginx, Redis or a backend finishes after it: a settle, a slot given back, a sync round, a log
+# line), awaited: calls $cond->() every o{every} seconds (0.02) until it returns a true value,
+# for up to o{timeout} seconds (3). Returns that value, or the last false one once the deadline
+# passed: the assertion that follows fails then, as it would on a wrong state.
+sub wait_until {
+    my ($cond, %o) = @_;
+    my $deadline = time + ($o{timeout} // 3);
+    while (1) {
+        my $v = $cond->();
+        return $v if $v || time > $deadline;
+        sleep $o{every} // 0.02;
+    }
+}
+
+# settle_value($get, $want, %o): a value awaited (wait_until) until $get->() returns $want
+# (compared as strings), for up to o{timeout} seconds (3), then read once more o{after} seconds
+# (0.2) later, so that a value only passing by on its way elsewhere is not taken. Returns the
+# last value read: $want if it came and stayed.
 sub settle_value {
     my ($get, $want, %o) = @_;
-    my $deadline = time + ($o{timeout} // 3);
     my $got;
-    while (1) {
-        $got = $get->();
-        last if (defined $got && $got eq $want) || time > $deadline;
-        sleep 0.02;
-    }
+    wait_until(sub { $got = $get->(); return defined $got && $got eq $want }, timeout => $o{timeout} // 3);
     return $got unless defined $got && $got eq $want;
     sleep $o{after} // 0.2;
     return $get->();
