@@ -21,6 +21,8 @@ use Time::HiRes qw(time sleep);
 my $b  = start_backend();
 my $bp = $b->port;
 
+# (timeout=2s on the ratelimit_redis lines: a loaded machine must not time a call out, which
+# would decide by ratelimit_on_error)
 sub conf {
     my ($redis_line) = @_;
     return <<"EOF";
@@ -156,7 +158,7 @@ sub load_64 {
 
 my $redis = start_redis();
 my $rp = $redis->port;
-my $http = conf("ratelimit_redis rs 127.0.0.1:$rp timeout=500ms;");
+my $http = conf("ratelimit_redis rs 127.0.0.1:$rp timeout=2s;");
 my $n1 = start_nginx($http, workers => 2);
 my $n2 = start_nginx($http, workers => 2);
 ok(defined $n1->wait_decided(sub { '/warm?key=' . fresh_key('w') }) && defined $n2->wait_decided(sub { '/warm?key=' . fresh_key('w') }),
@@ -394,7 +396,7 @@ sub slot_moves {
 
 {
     my $c = start_redis_cluster(primaries => 3);
-    my $chttp = conf('ratelimit_redis rs cluster ' . $c->seeds . ' timeout=500ms;');
+    my $chttp = conf('ratelimit_redis rs cluster ' . $c->seeds . ' timeout=2s;');
     my $c1 = start_nginx($chttp, workers => 2);
     my $c2 = start_nginx($chttp, workers => 2);
     ok(defined $c1->wait_decided(sub { '/warm?key=' . fresh_key('w') }) && defined $c2->wait_decided(sub { '/warm?key=' . fresh_key('w') }),
