@@ -229,7 +229,11 @@ EOF
     }
 EOF2
 $n = start_nginx($redis_conf);
-sleep 0.5;  # the connections come up, or fail
+# the connections that fail at the workers' start have failed (a request waits for one coming up)
+for my $w (['redis="down"', 'reason="refused"'], ['redis="badauth"', 'reason="error_reply"'], ['redis="garbage"', 'reason="protocol"']) {
+    wait_metric($n, 'nginx_ratelimit_redis_errors_total', $w, sub { $_[0] >= 1 });
+}
+wait_metric($n, 'nginx_ratelimit_redis_reconnects_total', ['redis="down"'], sub { $_[0] >= 1 });
 
 %sent = ();
 sub count_path {
