@@ -14,6 +14,8 @@
 #   ./build.sh deb        build build/libnginx-mod-http-ratelimit_<version>_<arch>.deb, check it with lintian
 # NGINX_SRC=/path/to/nginx-source builds against that tree (configured --with-compat, with
 # nginx's default compiler flags) instead of Debian's nginx-dev.
+# PROVE_JOBS=N: how many t/ files run at once (CPUs + 1; those marked "# runs alone:" run
+# alone, after the others).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -146,7 +148,22 @@ upstream_tests() {
     test_deps
     log "prove ${*:-t/} against $name"
     (cd "$ROOT" && NGINX_BIN="$dir/objs/nginx" RATELIMIT_SO="$dir/objs/ngx_http_ratelimit_module.so" \
-        prove -I t/lib "${@:-t/}")
+        prove_tests "$@")
+}
+
+# prove -I t/lib on the test files given, or on all of t/: first the files that may share the
+# machine, PROVE_JOBS at a time (default: CPUs + 1; each has its own ports, servers and
+# directories: t/lib), then the files marked "# runs alone:" (they measure time or load the
+# machine) one after the other. Both groups run whatever the first one's outcome.
+prove_tests() {
+    if (($#)); then prove -I t/lib "$@"; return; fi
+    local shared=() alone=() f rc=0
+    for f in t/*.t; do
+        if grep -q '^# runs alone:' "$f"; then alone+=("$f"); else shared+=("$f"); fi
+    done
+    prove -I t/lib -j "${PROVE_JOBS:-$((JOBS + 1))}" "${shared[@]}" || rc=$?
+    prove -I t/lib "${alone[@]}" || rc=$?
+    return "$rc"
 }
 
 do_build() { build_deps; build_module "$BUILD"; }
@@ -167,7 +184,7 @@ unit_tests() {
 e2e_tests() {
     test_deps
     log "prove t/"
-    (cd "$ROOT" && prove -I t/lib t/)
+    (cd "$ROOT" && prove_tests)
 }
 
 asan_env() {

@@ -1,5 +1,6 @@
 # Redis state: decisions and headers as with shared memory, the key layout, TTLs, prefix,
 # database, password and ACL user, mixed shared-memory and Redis limits (all or nothing).
+# runs alone: it measures time (2 a second, Retry-After)
 use strict;
 use warnings;
 use FindBin;

@@ -1,6 +1,7 @@
 # Rejections Redis made are remembered on the host until their Retry-After: the key's requests
 # are rejected meanwhile without a call to Redis, with the headers Redis would give; a refund
 # on this host forgets it; exactness across hosts is unchanged (only rejections are cached).
+# runs alone: it measures time (a rejection within 100 ms, waits of Redis)
 use strict;
 use warnings;
 use FindBin;

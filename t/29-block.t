@@ -3,6 +3,7 @@
 # down; $ratelimit_status BLOCKED; other keys and other limits' rejections unaffected; the
 # block of a `ratelimit` line overrides the zone's; dry run passes and logs "would block";
 # nginx -t refuses it on concurrency and sync zones.
+# runs alone: it measures time (blocks of seconds)
 use strict;
 use warnings;
 use FindBin;

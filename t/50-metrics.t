@@ -3,6 +3,7 @@
 # by reason, the round-trip histogram, Redis Cluster redirects), keeps its counters over a
 # reload, is clean for `promtool check metrics` and is read by prometheus_client's own parser
 # (not regexes).
+# runs alone: it counts Redis timeouts of 100 ms that a loaded machine would add to
 use strict;
 use warnings;
 use FindBin;

@@ -12,6 +12,7 @@
 #     once), at most twice (lease: grants for requests that stopped waiting drain);
 #  5. the refusals logged, sanitized, at most once a second, counted in the metrics; no crash
 #     or alert (the harness checks the error logs).
+# runs alone: it measures time (a key admits again within a few intervals)
 use strict;
 use warnings;
 use FindBin;

@@ -10,6 +10,7 @@
 #    DELETE frees them (a request beyond the limit then enters).
 #  - A Redis Cluster zone: keys whose state lives on each of three primaries, GET and DELETE of
 #    each (routed to the key's node).
+# runs alone: it measures time (convergence after a DELETE)
 use strict;
 use warnings;
 use FindBin;

@@ -7,6 +7,7 @@
 # workers' requests keep theirs until they end); counted once across internal redirects, not
 # for subrequests (SSI, mirror); all or nothing with a rate zone; exact across two workers;
 # $ratelimit_status, the log lines, dry run, a variable limit, the in-flight gauge.
+# runs alone: it measures time (the share of time at N in flight, upstream timeouts)
 use strict;
 use warnings;
 use FindBin;

@@ -20,6 +20,7 @@
 #    admitted cost <= limit + 32 x 9 (README "Charging by the response"), the figure printed.
 #  - examples/settle-*.conf run for real (listen, pid, logs and upstream moved).
 # Keys' states are read with ratelimit_api (reading consumes nothing).
+# runs alone: it loads the machine (32 clients, gRPC) and checks Retry-After against time
 use strict;
 use warnings;
 use FindBin;

@@ -17,6 +17,7 @@
 #  - A settle whose reply is lost after Redis ran it (a proxy drops the reply and the
 #    connection): its retry, with the same call id, charges (or refunds) nothing more. Lost once:
 #    applied once, no failure counted; lost on both tries: applied once, counted and logged.
+# runs alone: it measures time (failures paced between two hosts over sync rounds)
 use strict;
 use warnings;
 BEGIN { $ENV{RLTEST_TIMEOUT} ||= 240 }
