@@ -21,13 +21,14 @@ sub calls {  # script runs Redis has served (FCALL or EVALSHA)
 }
 
 my $conf = <<"EOF2";
-    ratelimit_redis main 127.0.0.1:$rp;
+    # (timeout=2s: a loaded machine must not time a call out, which ratelimit_on_error allow admits)
+    ratelimit_redis main 127.0.0.1:$rp timeout=2s;
     ratelimit_zone slow  key=\$arg_k rate=1r/m redis=main;
     ratelimit_zone fast  key=\$arg_k rate=10r/s redis=main;
     ratelimit_zone again key=\$arg_k rate=30r/m redis=main;
     ratelimit_zone exact key=\$arg_k requests=60 period=1h burst=59 redis=main;
     ratelimit_zone big   key=\$arg_k requests=5 period=1h burst=4 redis=main;
-    ratelimit_redis other 127.0.0.1:$rp;
+    ratelimit_redis other 127.0.0.1:$rp timeout=2s;
     ratelimit_zone one   key=\$arg_k requests=1 period=1h redis=other;
     server {
         listen 127.0.0.1:%%PORT%%;
