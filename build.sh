@@ -15,6 +15,8 @@
 #                         with lintian
 # NGINX_SRC=/path/to/nginx-source builds against that tree (configured --with-compat, with
 # nginx's default compiler flags) instead of Debian's nginx-dev.
+# PROVE_JOBS=N: how many t/ files run at once (CPUs + 1; those marked "# runs alone:" run
+# alone, after the others).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -157,9 +159,24 @@ upstream_tests() {
     log "built $name in $((SECONDS - t0)) s"
     test_deps
     log "prove ${*:-t/} against $name"
-    (cd "$ROOT" && NGINX_BIN="$dir/objs/nginx" RATELIMIT_SO="$dir/objs/ngx_http_ratelimit_module.so" \
-        RATELIMIT_STREAM_SO="$dir/objs/ngx_stream_ratelimit_module.so" \
-        prove -I t/lib "${@:-t/}")
+    (cd "$ROOT" && export NGINX_BIN="$dir/objs/nginx" RATELIMIT_SO="$dir/objs/ngx_http_ratelimit_module.so" \
+        RATELIMIT_STREAM_SO="$dir/objs/ngx_stream_ratelimit_module.so" && prove_tests "$@")
+}
+
+# prove -I t/lib on the test files given, or on all of t/: first the files that may share the
+# machine, PROVE_JOBS at a time (default: CPUs + 1; each has its own ports, servers and
+# directories: t/lib), then the files marked "# runs alone:" (they measure time or load the
+# machine) one after the other. Both groups run whatever the first one's outcome.
+prove_tests() {
+    if (($#)); then prove -I t/lib "$@"; return; fi
+    local shared=() alone=() f rc=0
+    for f in t/*.t; do
+        if grep -q '^# runs alone:' "$f"; then alone+=("$f"); else shared+=("$f"); fi
+    done
+    # (prove without files would run all of t/)
+    if ((${#shared[@]})); then prove -I t/lib -j "${PROVE_JOBS:-$((JOBS + 1))}" "${shared[@]}" || rc=$?; fi
+    if ((${#alone[@]})); then prove -I t/lib "${alone[@]}" || rc=$?; fi
+    return "$rc"
 }
 
 do_build() { build_deps; build_module "$BUILD"; }
@@ -180,7 +197,7 @@ unit_tests() {
 e2e_tests() {
     test_deps
     log "prove t/"
-    (cd "$ROOT" && prove -I t/lib t/)
+    (cd "$ROOT" && prove_tests)
 }
 
 asan_env() {

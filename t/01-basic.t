@@ -1,4 +1,5 @@
 # Rejection with 429 and Retry-After, accuracy of the admission times.
+# runs alone: it measures time (rates of 1 and 2 a second, Retry-After waited out)
 use strict;
 use warnings;
 use FindBin;

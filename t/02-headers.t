@@ -1,4 +1,5 @@
 # RateLimit-Policy / RateLimit (draft-10), legacy X-RateLimit-*, all, off.
+# runs alone: it measures time (six requests within one emission interval of 100 ms)
 use strict;
 use warnings;
 use FindBin;

@@ -1,5 +1,6 @@
 # The six algorithms: burst+1 for the buckets, window counts, refill timings,
 # state kept per (zone, algorithm, key), ratelimit_algo vs the zone's algo=.
+# runs alone: it measures time (windows and refills of fractions of a second)
 use strict;
 use warnings;
 use FindBin;

@@ -1,4 +1,5 @@
 # Every file in examples/ passes nginx -t; the quickstart behaves as the README says.
+# runs alone: it measures time (the quickstart's 5r/s burst=3: 7 requests within 200 ms)
 use strict;
 use warnings;
 use FindBin;

@@ -1,6 +1,7 @@
 # Hash flooding: keys chosen offline to share one bucket of the shared-memory table (under the
 # bucket index of the public-constant hash, as the module once had) must cost no more than
 # random keys, now that each zone places keys with a secret of its own.
+# runs alone: it measures throughput (wrk), crafted keys against random ones
 use strict;
 use warnings;
 use FindBin;

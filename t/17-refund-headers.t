@@ -12,7 +12,7 @@ avoid_window_edge(3600, 10);
 my $redis = start_redis();
 my $addr = $redis->addr;
 my $n = start_nginx(<<"EOF2");
-    ratelimit_redis r $addr;
+    ratelimit_redis r $addr timeout=2s;    # a loaded machine: no on_error by a timeout
     ratelimit_zone shm  key=\$arg_k requests=10 period=1h algo=fixed;
     ratelimit_zone one  key=\$arg_k requests=1 period=1h algo=fixed;
     ratelimit_zone rone key=\$arg_k requests=1 period=1h algo=fixed redis=r;

@@ -16,6 +16,7 @@
 # Delays are compared with each other (limit_req's computed from the excess it logs, ours is
 # $ratelimit_delay), not with the planned times; the waits measured ($request_time) must be at
 # least the delay and close to limit_req's.
+# runs alone: it measures time (delays against limit_req's)
 use strict;
 use warnings;
 use FindBin;

@@ -1,5 +1,6 @@
 # Redis state: decisions and headers as with shared memory, the key layout, TTLs, prefix,
 # database, password and ACL user, mixed shared-memory and Redis limits (all or nothing).
+# runs alone: it measures time (2 a second, Retry-After)
 use strict;
 use warnings;
 use FindBin;
@@ -25,9 +26,10 @@ for my $a (@algos) {
 }
 
 my $n = start_nginx(<<"EOF2");
-    ratelimit_redis main 127.0.0.1:$rp password=s3cret-pw database=2 prefix=t20:;
-    ratelimit_redis acl  127.0.0.1:$rp username=limiter password=limiter-pw;
-    ratelimit_redis nofn 127.0.0.1:$rp username=nofn password=nofn-pw;
+    # (timeout=2s: a loaded machine must not time a call out, which ratelimit_on_error allow admits)
+    ratelimit_redis main 127.0.0.1:$rp password=s3cret-pw database=2 prefix=t20: timeout=2s;
+    ratelimit_redis acl  127.0.0.1:$rp username=limiter password=limiter-pw timeout=2s;
+    ratelimit_redis nofn 127.0.0.1:$rp username=nofn password=nofn-pw timeout=2s;
 $zones
     ratelimit_zone viaacl key=\$arg_k requests=1 period=1h redis=acl;
     ratelimit_zone vianofn key=\$arg_k requests=2 period=1h algo=fixed redis=nofn;
@@ -148,7 +150,7 @@ for my $a (@algos) {
     my $sock = "$dir/redis.sock";
     my $ux = start_redis(args => ['--unixsocket', $sock, '--unixsocketperm', '777']);
     my $u = start_nginx(<<"EOF3");
-    ratelimit_redis ux unix:$sock;
+    ratelimit_redis ux unix:$sock timeout=2s;
     ratelimit_zone uz key=\$arg_k requests=2 period=1h burst=1 redis=ux;
     server {
         listen 127.0.0.1:%%PORT%%;

@@ -2,6 +2,7 @@
 # stalled past the timeout, wrong password, wrong database. For each: no request waits
 # longer than the timeout plus a small margin, each on_error mode behaves as documented, no
 # worker crashes, no 5xx but deny's 503, and limiting resumes within a second of Redis being back.
+# runs alone: it loads the machine and times faults (Redis killed, flushed, stalled under load)
 use strict;
 use warnings;
 use FindBin;

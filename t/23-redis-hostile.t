@@ -5,6 +5,7 @@
 # again, so limiting resumes by itself once Redis answers (no reload); a worker's memory stays
 # bounded; every kind of failure is logged, at most once a second per ratelimit_redis and
 # worker, and what Redis sends is logged sanitized.
+# runs alone: it measures time (timeouts, a log line a second)
 use strict;
 use warnings;
 use FindBin;

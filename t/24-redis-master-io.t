@@ -4,6 +4,7 @@
 # nor a reload beyond connect_timeout (+1 s of slack). A mode mismatch (cluster configured
 # against a standalone server, or the reverse) is found by the workers: nginx starts, the
 # mismatch is logged with the directive's file:line, and ratelimit_on_error applies.
+# runs alone: it measures time (starts and reloads bounded by connect_timeout)
 use strict;
 use warnings;
 use FindBin;

@@ -6,6 +6,7 @@
 # requests finish; dry run; $ratelimit_status, $ratelimit_delay, headers, log levels.
 # Times: each delay is checked against the delay the module reports ($ratelimit_delay), and
 # that one against the formula within the spread of the requests' own arrival (measured here).
+# runs alone: it measures time (delays)
 use strict;
 use warnings;
 use FindBin;

@@ -4,6 +4,7 @@
 # huge, binary) cannot break the key layout nor share state, and the mode is checked by the
 # workers (cluster against a standalone server and the reverse: logged with the directive's
 # place, on_error applies; an unreachable cluster is not an error).
+# runs alone: it loads the machine (hundreds of concurrent requests, slot migrations timed)
 use strict;
 use warnings;
 use FindBin;

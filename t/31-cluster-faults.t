@@ -2,6 +2,7 @@
 # half-done (ASK), a manual failover, a primary killed and replaced by its replica. Requests
 # keep their verdicts within the timeout, the limits stay exact where the state survives, on_error
 # applies only to the slots of a dead primary, limiting resumes by itself, no worker crashes.
+# runs alone: it loads the machine and times faults (migrations, failovers under load)
 use strict;
 use warnings;
 use FindBin;

@@ -2,6 +2,7 @@
 # only seed and with an ACL user, a custom prefix, the slot map refreshed periodically (no
 # MOVED after a quiet migration), a large reshard with redis-cli under load, a primary stalled
 # past the timeout (only its keys get on_error, late answers refunded), and a reload.
+# runs alone: it loads the machine and measures time (a reshard under load, map refreshes)
 use strict;
 use warnings;
 use FindBin;

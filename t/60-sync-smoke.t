@@ -1,6 +1,7 @@
 # sync=TIME on one host (issue 10): decisions in shared memory, reconciled with Redis each
 # interval. The other host is a per-request Redis zone of the same name in a second nginx: it
 # reads and writes the very state the sync zone reconciles with (one format, one key).
+# runs alone: it measures time (rounds over a span)
 use strict;
 use warnings;
 use FindBin;

@@ -18,6 +18,7 @@
 #  - Reload mid-run, graceful stop: nothing admitted is lost.
 # Bounds: T the sync interval, L (below) what a round trip and a late timer may add on a
 # loaded 2-core VM; a host's view of another host's admissions lags at most 2 (T + L).
+# runs alone: it measures time and loads the machine (bounds over sync intervals, hot keys)
 use strict;
 use warnings;
 BEGIN { $ENV{RLTEST_TIMEOUT} ||= 300 }

@@ -6,6 +6,7 @@
 #  - a hot key hammered from both hosts: lease never above one exact limiter over the span,
 #    optimistic within its bound;
 #  - a graceful stop sends what is unsent, to every primary.
+# runs alone: it measures time and loads the machine (bounds over sync intervals)
 use strict;
 use warnings;
 BEGIN { $ENV{RLTEST_TIMEOUT} ||= 240 }

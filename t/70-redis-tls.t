@@ -6,6 +6,7 @@
 # not per request, and the session resumed on a new connection (debug log); SNI only for a
 # name; nginx -t refuses bad ssl parameters naming the file and line; a TLS Redis
 # Cluster: limits, a MOVED followed, a failover survived. The PKI is made here (RLTest::TLS).
+# runs alone: it loads the machine and measures time (handshakes, a migration under load)
 use strict;
 use warnings;
 use FindBin;

@@ -7,6 +7,7 @@
 # clearly (a Sentinel used as a Redis, a Redis used as a Sentinel, a master name the Sentinels
 # do not know), every Sentinel unreachable: on_error applies, nothing hangs.
 # Sentinels and master over TLS: t/73-redis-sentinel-tls.t.
+# runs alone: it measures time (failovers)
 use strict;
 use warnings;
 use FindBin;

@@ -4,6 +4,7 @@
 # loopback address: a real change) the workers follow without a reload; failed answers (SERVFAIL,
 # silence) keep the last good address; resolve without a resolver is an nginx -t error; a
 # cluster seed given by name. The DNS server is RLTest::DNS (Net::DNS::Nameserver).
+# runs alone: it measures time (resolver and failover delays)
 use strict;
 use warnings;
 use FindBin;

@@ -8,6 +8,7 @@
 # its replica): the module says "is a replica, not the master", on_error applies, nothing
 # hangs, nothing is written to the replica. (c) The TLS Sentinels configured without "ssl":
 # on_error applies and the log says why (a TLS port?).
+# runs alone: it measures time (failovers)
 use strict;
 use warnings;
 use FindBin;

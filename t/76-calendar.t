@@ -3,6 +3,7 @@
 # midnight: a daily quota resets at local midnight of its time zone, Retry-After and the
 # RateLimit reset point at the boundary, across a month end and across DST changes (Berlin's
 # 23- and 25-hour days), in shared memory and in Redis; nginx -t refuses what makes no sense.
+# runs alone: it measures time (faketime a few seconds before midnight)
 use strict;
 use warnings;
 use FindBin;

@@ -20,7 +20,7 @@ my $b  = start_backend();
 my $bp = $b->port;
 
 my $http = <<"EOF";
-    ratelimit_redis main 127.0.0.1:$rp prefix=t77:;
+    ratelimit_redis main 127.0.0.1:$rp prefix=t77: timeout=2s;    # a loaded machine: no on_error by a timeout
     ratelimit_zone shm  key=\$arg_k requests=5 period=1h burst=4;
     ratelimit_zone blk  key=\$arg_k requests=1 period=1h block=1h;
     ratelimit_zone ip   key=\$binary_remote_addr requests=3 period=1h burst=2;

@@ -10,12 +10,14 @@
 #    DELETE frees them (a request beyond the limit then enters).
 #  - A Redis Cluster zone: keys whose state lives on each of three primaries, GET and DELETE of
 #    each (routed to the key's node).
+# runs alone: it measures time (convergence after a DELETE)
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::Backend qw(start_backend);
+use RLTest::Sync qw(wait_sync);
 use Test::More;
 use JSON::PP qw(decode_json);
 use Time::HiRes qw(time sleep);
@@ -42,6 +44,7 @@ my $http = <<"EOF";
         location /cvl { ratelimit zone=cvl; empty_gif; }
         location /rc  { ratelimit zone=rc; proxy_pass http://127.0.0.1:$bp/hold; }
         location /api/ { ratelimit_api write=on; }
+        location = /metrics { ratelimit_metrics; }
     }
 EOF
 my $n1 = start_nginx($http);
@@ -108,9 +111,10 @@ sub state_keys { my ($z) = @_; return grep { !/:call:/ && !/:reset$/ } $redis->k
     ($st, $g) = api($n1, 'GET', '/api/zones/so?key=a');
     is($g->{remaining}, 5, "host 1's view: the whole limit");
     is($g->{global}{remaining}, 5, 'the global state: the whole limit');
-    sleep 5 * $T;
+    # five rounds of host 1 since (a round sends what its view has not sent yet)
+    my $rounds = wait_sync($n1, 'so', rounds => 5);
     $g = api_quiet($n1, '/api/zones/so?key=a');
-    is($g->{global}{remaining}, 5, 'rounds after the DELETE bring back nothing of the old state');
+    is($rounds ? $g->{global}{remaining} : 'no rounds', 5, 'rounds after the DELETE bring back nothing of the old state');
     is(hit($n1, '/so?k=a', 6), '200 200 200 200 200 429', 'host 1 admits the whole limit again');
 }
 
@@ -144,7 +148,7 @@ for my $z (qw(cv cvl)) {
     is($last, '429', "$mode: host 2 rejects the key too");
     my $settled = wait_api($n2, "/api/zones/$z?key=$k", sub { ($_[0]{global}{remaining} // -1) == 0 });
     ok($settled, "$mode: the global state is spent");
-    sleep 3 * $T;
+    wait_sync($_, $z, rounds => 3) for $n1, $n2;    # rounds of both hosts since
     is(hit($n1, "/$z?k=$k", 1) . ' ' . hit($n2, "/$z?k=$k", 1), '429 429', "$mode: both hosts reject the key");
 
     my ($st, $g) = api($n1, 'DELETE', "/api/zones/$z?key=$k");

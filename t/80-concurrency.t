@@ -7,6 +7,7 @@
 # workers' requests keep theirs until they end); counted once across internal redirects, not
 # for subrequests (SSI, mirror); all or nothing with a rate zone; exact across two workers;
 # $ratelimit_status, the log lines, dry run, a variable limit, the in-flight gauge.
+# runs alone: it measures time (the share of time at N in flight, upstream timeouts)
 use strict;
 use warnings;
 use FindBin;
@@ -50,6 +51,7 @@ my $locations = <<"EOF";
         location /tier   { ratelimit zone=cv; proxy_pass http://127.0.0.1:$bp/hold; }
         location /cm     { ratelimit zone=cm; proxy_pass http://127.0.0.1:$bp/hold; }
         location = /metrics { ratelimit_metrics; }
+        location /api/   { ratelimit_api; }
 EOF
 my $http = <<"EOF";
     log_format cst '\$arg_key \$status \$ratelimit_status';
@@ -90,6 +92,13 @@ sub probe {    # a quick request (the backend answers at once): (status, headers
     return ($st // 'ERR', $h);
 }
 sub held { return join ' ', map { $_->{held} ? 'held' : $_->{status} } @_ }
+# Waits until zone c2 counts $count requests of $key in flight (ratelimit_api). nginx closes the
+# upstream connection of a request it gives up (its client or stream gone) before it ends the
+# request and gives its slot back: the backend's count alone may come first.
+sub wait_in_flight {
+    my ($key, $count) = @_;
+    return wait_until(sub { ($n->key_state('c2', $key)->{in_flight} // -1) == $count });
+}
 
 # 1. N pass, the next is rejected with 429 and Retry-After: 1; another key is not affected.
 {
@@ -132,6 +141,7 @@ sub held { return join ' ', map { $_->{held} ? 'held' : $_->{status} } @_ }
     close $e[0]{sock};
     ok($b->wait_cur('ce', 1), 'client gone: nginx closed the upstream connection');
     is($b->stats('ce')->{aborted}, 1, '... the backend saw it aborted');
+    wait_in_flight('ce', 1);
     my $x = enter('/hold', 'ce');
     ok($x->{held}, 'client gone: its slot is free (a new request passes)') or diag("status $x->{status}");
     my ($st) = probe('/hold', 'ce');
@@ -244,16 +254,19 @@ SKIP: {
     is($h2->status_of(5), 429, 'HTTP/2: a third stream on the same connection is rejected');
     $h2->rst(1);
     ok($b->wait_cur('h2', 1), 'HTTP/2: RST_STREAM of stream 1: nginx closed its upstream connection');
+    wait_in_flight('h2', 1);
     $h2->request(7, '/hold?key=h2&ms=600000');
     ok($b->wait_cur('h2', 2), 'HTTP/2: its slot is free: a new stream passes');
     $h2->request(9, '/hold?key=h2&ms=0');
     is($h2->status_of(9), 429, 'HTTP/2: and the next one is rejected');
     $b->release('h2');
     is(join(' ', map { $h2->status_of($_) } 3, 7), '200 200', 'HTTP/2: the held streams complete');
+    wait_in_flight('h2', 0);    # (a stream ends after its last frame was sent)
     $h2->request(11, '/hold?key=h2&ms=600000');
     ok($b->wait_cur('h2', 1), 'HTTP/2: one more held');
     $h2->close;
     ok($b->wait_cur('h2', 0), 'HTTP/2: the connection closed: the upstream request ended');
+    wait_in_flight('h2', 0);
     my @e = (enter('/hold', 'h2'), enter('/hold', 'h2'));
     is($b->finish('h2', @e), '200 200', 'HTTP/2: no slot left taken by the closed connection');
 }
@@ -326,22 +339,22 @@ like($n->error_log, qr/\[warn\][^\n]*(?:concurrency|"x0")/, 'an invalid concurre
 {
     my @e = (enter('/cm', 'm1'), enter('/cm', 'm1'), enter('/cm', 'm2'));
     is(held(@e), 'held held held', 'metrics: three held (two keys)');
-    is(metric('nginx_ratelimit_in_flight', 'zone="cm"'), 3, 'metrics: nginx_ratelimit_in_flight{zone="cm"} 3');
+    is(metric(3, 'nginx_ratelimit_in_flight', 'zone="cm"'), 3, 'metrics: nginx_ratelimit_in_flight{zone="cm"} 3');
     my ($st) = probe('/cm', 'm1');
     is($st, 429, 'metrics: one rejected');
-    is(metric('nginx_ratelimit_requests_total', 'zone="cm"', 'result="rejected"'), 1, 'metrics: requests_total rejected 1');
+    is(metric(1, 'nginx_ratelimit_requests_total', 'zone="cm"', 'result="rejected"'), 1, 'metrics: requests_total rejected 1');
     is($b->finish('m1', @e[0, 1]), '200 200', 'metrics: two ended');
-    is(metric('nginx_ratelimit_in_flight', 'zone="cm"'), 1, 'metrics: in flight 1');
+    is(metric(1, 'nginx_ratelimit_in_flight', 'zone="cm"'), 1, 'metrics: in flight 1');
     is($b->finish('m2', $e[2]), '200', 'metrics: the last ended');
-    is(metric('nginx_ratelimit_in_flight', 'zone="cm"'), 0, 'metrics: in flight 0');
-    is(metric('nginx_ratelimit_requests_total', 'zone="cm"', 'result="passed"'), 3, 'metrics: requests_total passed 3');
+    is(metric(0, 'nginx_ratelimit_in_flight', 'zone="cm"'), 0, 'metrics: in flight 0');
+    is(metric(3, 'nginx_ratelimit_requests_total', 'zone="cm"', 'result="passed"'), 3, 'metrics: requests_total passed 3');
 }
 
-# The value of a sample whose labels include all of @labels (summed), from /metrics. The
-# gauge may lag a request's end by the time its worker takes to run the cleanup: read again
-# until it settles on a value (3 s at most).
+# The value of a sample whose labels include all of @labels (summed), from /metrics, awaited
+# until it is $want (settle_value): a gauge follows a request's end, when its worker runs the
+# cleanup.
 sub metric {
-    my ($name, @labels) = @_;
+    my ($want, $name, @labels) = @_;
     my $read = sub {
         my (undef, undef, $body) = $n->get('/metrics');
         my ($sum, $seen) = (0, 0);
@@ -354,15 +367,7 @@ sub metric {
         }
         return $seen ? $sum : 'absent';
     };
-    my $last = $read->();
-    my $deadline = time + 3;
-    while (time < $deadline) {
-        sleep 0.1;
-        my $now = $read->();
-        return $now if $now eq $last;
-        $last = $now;
-    }
-    return $last;
+    return settle_value($read, $want);
 }
 
 # 15. SIGKILL of the worker(s) holding slots: the next request finding the key full reclaims

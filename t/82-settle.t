@@ -20,6 +20,7 @@
 #    admitted cost <= limit + 32 x 9 (README "Charging by the response"), the figure printed.
 #  - examples/settle-*.conf run for real (listen, pid, logs and upstream moved).
 # Keys' states are read with ratelimit_api (reading consumes nothing).
+# runs alone: it loads the machine (32 clients, gRPC) and checks Retry-After against time
 use strict;
 use warnings;
 use FindBin;
@@ -128,7 +129,8 @@ EOF
 my $n = start_nginx($http, workers => 2, files => {
     'html/page.shtml' => "<p><!--# include virtual=\"/sub?k=ssi1&key=ssi\" --><!--# include virtual=\"/sub?k=ssi1&key=ssi\" --></p>\n" });
 
-# One key's state in its zone (ratelimit_api): the decoded JSON.
+# One key's state in its zone (ratelimit_api): the decoded JSON. (on => $c: asked over the
+# keep-alive connection $c, after the requests sent before on it have ended.)
 sub api { return $n->key_state(@_) }
 sub remaining { my $s = api(@_); return $s->{remaining} // "status $s->{status}" }
 
@@ -171,10 +173,16 @@ sub two_workers {
     SKIP: {
         skip 'connections on two workers not found', 11 unless $c1 && $c2;
         my @conns = ($c1, $c2);
-        my $req = sub {    # (status, X-Status, worker, tag) of a login on connection $i % 2
+        # (status, X-Status, worker, tag) of a login on connection $i % 2, once it has ended: a
+        # client sends the next login after this one's response, but its settle runs after that
+        # response (the log phase), so the next request, on the other worker, could come first.
+        # The API read on the same connection is answered after the login's log phase.
+        my $req = sub {
             my ($i, $user, $status) = @_;
             my $t = tag();
-            my ($st, $h) = $conns[ $i % 2 ]->get("/login?user=$user&key=login&status=$status&tag=$t");
+            my $c = $conns[ $i % 2 ];
+            my ($st, $h) = $c->get("/login?user=$user&key=login&status=$status&tag=$t");
+            api('logins', "%7F%00%00%01$user", on => $c);
             return ($st // 'ERR', $h->{'x-status'} // '', $h->{'x-who'} // '', $t);
         };
         my (@s, %w, @tags);
@@ -507,11 +515,12 @@ EOF2
     }
     my $span = time - $t0;
     is("@s", join(' ', ('200') x @v), 'invalid settle: the requests are admitted');
-    is(remaining('inv', $k), 10 - @v, 'invalid settle: each settled nothing (kept its quantity 1)');
+    # The key read on the requests' own connection: after the last one's log phase, where its
+    # settle is taken (or not) and logged.
+    is(remaining('inv', $k, on => $c), 10 - @v, 'invalid settle: each settled nothing (kept its quantity 1)');
     ok(empty_settle(logline($tags[0])->[2]), 'invalid settle: $ratelimit_settled empty');
     my ($st) = $c->get("/inv?k=$k", { 'X-Cost' => '2' });
-    is(remaining('inv', $k), 10 - @v - 2, 'invalid settle: a valid 2 then charges 1 more');
-    sleep 0.2;
+    is(remaining('inv', $k, on => $c), 10 - @v - 2, 'invalid settle: a valid 2 then charges 1 more');
     my @w = grep { /invalid settle/ } split /\n/, substr($n->error_log, $log0);
     if ($span < 1) {
         is(scalar @w, 1, "invalid settle: logged once for ${\ scalar @v} values within a second on one worker")

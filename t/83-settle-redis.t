@@ -17,6 +17,7 @@
 #  - A settle whose reply is lost after Redis ran it (a proxy drops the reply and the
 #    connection): its retry, with the same call id, charges (or refunds) nothing more. Lost once:
 #    applied once, no failure counted; lost on both tries: applied once, counted and logged.
+# runs alone: it measures time (failures paced between two hosts over sync rounds)
 use strict;
 use warnings;
 BEGIN { $ENV{RLTEST_TIMEOUT} ||= 240 }
@@ -169,7 +170,8 @@ for my $case (['lr', 'one Redis'], ['lc', 'a Redis Cluster']) {
     ok($admitted >= 5, "sync: at least the 5 failures admitted ($admitted), the successes counted nothing");
     ok($admitted <= $H * 5, "sync: at most H x R = 10 admitted ($admitted)");
     diag("sync (optimistic, sync=100ms): $admitted failures admitted of limit 5 across 2 hosts, paced ${lag}s: @s");
-    sleep $lag;
+    # until each host's view holds the failures the other admitted (its rounds fetched them)
+    wait_until(sub { remaining(0, 'ls', $user) eq '0' && remaining(1, 'ls', $user) eq '0' });
     my @after = map { (req($_, "/ls?user=$user&key=ls&status=401"))[0] } 0, 1, 0, 1;
     is("@after", '429 429 429 429', 'sync: then both hosts reject');
 }
@@ -188,7 +190,8 @@ for my $case (['lr', 'one Redis'], ['lc', 'a Redis Cluster']) {
         $admitted++ if $st eq '401';
     }
     is($admitted, 5, "sync lease: exactly the 5 failures admitted, the successes counted nothing (@s)");
-    sleep $lag;
+    # until the global state in Redis holds the 5 (the hosts' rounds sent them)
+    wait_until(sub { (api(0, 'll', $user)->{global}{remaining} // -1) == 0 });
     my @after = map { (req($_, "/ll?user=$user&key=ll&status=401"))[0] } 0, 1, 0, 1;
     is("@after", '429 429 429 429', 'sync lease: then both hosts reject');
 }

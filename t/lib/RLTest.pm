@@ -5,8 +5,8 @@ package RLTest;
 # it lives in one package per file under t/lib/RLTest/:
 #
 #   Util        repo_root module_so slurp spew conf_line_of free_port fresh_key worker_rss
-#               avoid_window_edge wait_window_offset; settle_value (a value awaited, not
-#               slept for); temp dirs; processes: run_cmd (a command with a deadline),
+#               avoid_window_edge wait_window_offset; wait_until, settle_value (a condition,
+#               a value awaited with a deadline, not slept for); temp dirs; processes: run_cmd (a command with a deadline),
 #               stop_child, pid_alive
 #   Nginx       start_nginx nginx_t nginx_bin; $n->port/ports/dir/conf/conf_file/error_log,
 #               reload stop master_pid worker_pids wait_log allow_log; $n->get/get_port/
@@ -30,6 +30,7 @@ package RLTest;
 #               master_addr, kill_master, wait_switch, extra_sentinel (a lone Sentinel naming
 #               any server, e.g. a replica, as a master); tls => {...}: servers, replication
 #               and Sentinels TLS-only, the harness's clients speaking TLS (see its header)
+#   SentinelNode  one redis-sentinel process (RLTest::Sentinel starts them)
 #   DNS         start_dns: an authoritative DNS server whose answers the test changes: set,
 #               fail, queries, wait_queries, lookup (see its header)
 #   SentinelChecks  alternate, exact_on_master, kill_master_under_load: the checks t/71 and
@@ -54,7 +55,7 @@ use strict;
 use warnings;
 use Exporter 'import';
 use RLTest::Util qw(repo_root module_so slurp spew conf_line_of free_port fresh_key worker_rss
-  settle_value avoid_window_edge wait_window_offset kept_dirs run_cmd pid_alive);
+  wait_until settle_value avoid_window_edge wait_window_offset kept_dirs run_cmd pid_alive);
 use RLTest::Http qw(http_request parse_sf_list gif_body_ok);
 use RLTest::KeepAlive;
 use RLTest::Clients qw(statuses run_clients codes tally);
@@ -69,7 +70,7 @@ use RLTest::DNS qw(start_dns);
 our @EXPORT = qw(free_port start_nginx nginx_t module_so repo_root nginx_bin
   run_clients avoid_window_edge wait_window_offset slurp spew http_request
   conf_line_of gif_body_ok parse_sf_list statuses start_redis start_proxy fresh_key codes tally
-  worker_rss start_redis_cluster run_cmd pid_alive settle_value start_sentinel_set start_dns);
+  worker_rss start_redis_cluster run_cmd pid_alive wait_until settle_value start_sentinel_set start_dns);
 
 my $CREATOR = $$;
 

@@ -55,6 +55,7 @@ use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 use RLTest::Http qw(http_request request_text parse_head);
+use RLTest::Util qw(wait_until);
 
 our @EXPORT_OK = qw(start_backend send_request read_response);
 
@@ -134,13 +135,7 @@ sub release { my ($self, $key) = @_; $self->_ctl('release', $key); return 1 }
 
 sub wait_for {
     my ($self, $key, $cond, $timeout) = @_;
-    my $deadline = time + ($timeout // 5);
-    while (1) {
-        my $s = $self->stats($key);
-        return $s if $cond->($s);
-        return undef if time > $deadline;
-        sleep 0.02;
-    }
+    return wait_until(sub { my $s = $self->stats($key); return $cond->($s) ? $s : undef }, timeout => $timeout // 5);
 }
 
 sub wait_cur {

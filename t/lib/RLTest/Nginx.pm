@@ -12,7 +12,7 @@ use File::Basename qw(dirname);
 use File::Path qw(make_path);
 use Time::HiRes qw(time sleep);
 use IO::Socket::INET;
-use RLTest::Util qw(module_so slurp spew free_port temp_dir run_cmd pid_alive settle_value);
+use RLTest::Util qw(module_so slurp spew free_port temp_dir run_cmd pid_alive wait_until settle_value);
 use RLTest::Http qw(http_request parse_sf_list);
 use RLTest::KeepAlive;
 
@@ -241,16 +241,13 @@ sub DESTROY { $_[0]->stop }
 # Every nginx this process started.
 sub stop_all { $_->stop for @INSTANCES }
 
-# Waits until the error log contains $re (returns the matching text) or $timeout passes.
+# Waits until the error log contains $re (returns the matching text) or $timeout (3) passes.
 sub wait_log {
     my ($self, $re, $timeout) = @_;
-    my $deadline = time + ($timeout // 3);
-    while (1) {
-        my $log = $self->error_log;
-        return $1 // $& if $log =~ $re;
-        return undef if time > $deadline;
-        sleep 0.05;
-    }
+    my $found;
+    wait_until(sub { $found = $self->error_log =~ $re ? $1 // $& : undef; return defined $found },
+        timeout => $timeout // 3, every => 0.05);
+    return $found;
 }
 
 # ---------------------------------------------------------------- requests
@@ -311,12 +308,17 @@ sub wait_decided {
     return undef;
 }
 
-# $n->key_state($zone, $key [, $base]): one key's state from a ratelimit_api location at $base
+# $n->key_state($zone, $key, %o): one key's state from a ratelimit_api location at o{base}
 # ('/api/'), decoded ({ status => ... } when the answer is not a 200 with JSON). $key is sent
-# as given (escape it, %XX).
+# as given (escape it, %XX). o{on}: a keep-alive connection (RLTest::KeepAlive) to ask over
+# instead of a new one: nginx reads a connection's next request only once the last one has
+# ended there, its log phase (settle=) and cleanup included, so the answer shows what the
+# requests sent before on that connection left in shared memory (a response alone does not:
+# the client may read it before its request has ended).
 sub key_state {
-    my ($self, $zone, $key, $base) = @_;
-    my ($st, undef, $body) = $self->get(($base // '/api/') . "zones/$zone?key=$key");
+    my ($self, $zone, $key, %o) = @_;
+    my $path = ($o{base} // '/api/') . "zones/$zone?key=$key";
+    my ($st, undef, $body) = $o{on} ? $o{on}->get($path) : $self->get($path);
     return { status => $st // 'ERR' } unless ($st // '') eq '200';
     require JSON::PP;
     return eval { JSON::PP::decode_json($body) } // { status => 'bad json' };
@@ -344,13 +346,7 @@ sub remaining {
 # units left; false after 5 seconds.
 sub wait_consumed {
     my ($self, $path, $max) = @_;
-    my $deadline = time + 5;
-    while (time < $deadline) {
-        my $rem = $self->remaining($path);
-        return 1 if $rem =~ /^\d+$/ && $rem <= $max;
-        sleep 0.02;
-    }
-    return 0;
+    return wait_until(sub { my $rem = $self->remaining($path); return $rem =~ /^\d+$/ && $rem <= $max }, timeout => 5) ? 1 : 0;
 }
 
 # $n->settle_remaining($path, $want [, $timeout]): polls a quantity=0 location until the key

@@ -27,7 +27,7 @@ use IO::Select;
 use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
-use RLTest::Util qw(free_port temp_dir slurp run_cmd stop_child);
+use RLTest::Util qw(free_port temp_dir slurp run_cmd stop_child wait_until);
 
 our @EXPORT_OK = qw(start_redis cli_tls_args);
 
@@ -75,12 +75,12 @@ sub _spawn {
           or POSIX::_exit(127);
     }
     $self->{pid} = $pid;
-    my $deadline = time + 10;
-    while (time < $deadline) {
+    my $up = wait_until(sub {
         return 1 if ($self->cli('PING') // '') =~ /PONG|NOAUTH/;
         die "redis-server exited: " . slurp("$self->{dir}/redis.log") if waitpid($pid, WNOHANG) == $pid;
-        sleep 0.05;
-    }
+        return 0;
+    }, timeout => 10, every => 0.05);
+    return 1 if $up;
     die "redis-server did not start\n" . slurp("$self->{dir}/redis.log");
 }
 

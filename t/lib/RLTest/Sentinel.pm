@@ -14,7 +14,7 @@ package RLTest::Sentinel;
 #     (returns once every Sentinel names the master, sees every replica and the other
 #     Sentinels, and SENTINEL CKQUORUM is OK: within 20 s, else it dies)
 #   $s->name                       the master name
-#   $s->sentinels                  the Sentinels (RLTest::Sentinel::Node: port, addr, pid, dir, cmd, cli, log_text,
+#   $s->sentinels                  the Sentinels (RLTest::SentinelNode: port, addr, pid, dir, cmd, cli, log_text,
 #                                  kill_now, stop)
 #   $s->sentinel_addrs             '127.0.0.1:p1 127.0.0.1:p2 127.0.0.1:p3'
 #   $s->servers                    the master and replicas (RLTest::Redis), in start order
@@ -56,14 +56,12 @@ package RLTest::Sentinel;
 use strict;
 use warnings;
 use Exporter 'import';
-use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
-use RLTest::Util qw(free_port temp_dir slurp spew stop_child);
 use RLTest::Redis;
+use RLTest::SentinelNode;
 
 our @EXPORT_OK = qw(start_sentinel_set);
 
-our $SERVER = $ENV{REDIS_SERVER} || '/usr/bin/redis-server';
 my @SETS;
 
 sub start_sentinel_set { return __PACKAGE__->start(@_) }
@@ -96,7 +94,7 @@ sub start {
           RLTest::Redis->start(password => $pw, tls => $tls, args => [@common, '--replicaof', '127.0.0.1', $master->port]);
     }
     for my $i (1 .. $self->{nsent}) {
-        push @{ $self->{sentinels} }, RLTest::Sentinel::Node->start($self, $master->port);
+        push @{ $self->{sentinels} }, RLTest::SentinelNode->start($self, $master->port);
     }
     $self->wait_ready(20) or die "RLTest::Sentinel: not ready within 20s: $self->{why}\n" . join('',
         map { "--- sentinel " . $_->addr . ":\n" . substr($_->log_text, -3000) } $self->sentinels);
@@ -248,7 +246,7 @@ sub extra_sentinel {
         down_after_ms => $o{down_after_ms} // 60000, failover_timeout => $o{failover_timeout} // 60000,
         password => $o{password} // $self->{password}, sentinel_password => $o{sentinel_password},
         tls => $self->{tls} };
-    my $node = RLTest::Sentinel::Node->start($conf, $o{port} // die("extra_sentinel: port\n"));
+    my $node = RLTest::SentinelNode->start($conf, $o{port} // die("extra_sentinel: port\n"));
     push @{ $self->{extra} }, $node;
     return $node;
 }
@@ -261,89 +259,5 @@ sub stop {
 }
 
 sub stop_all { $_->stop for @SETS; @SETS = (); }
-
-# ------------------------------------------------------------- one Sentinel
-
-package RLTest::Sentinel::Node;
-use POSIX qw(:sys_wait_h);
-use Time::HiRes qw(time sleep);
-use RLTest::Util qw(free_port temp_dir slurp spew stop_child run_cmd);
-
-sub start {
-    my ($class, $set, $mport) = @_;
-    my $t = $set->{tls};
-    my $self = bless { port => free_port(), dir => temp_dir('rlsentinel'), password => $set->{sentinel_password},
-        tls => $t, creator => $$ }, $class;
-    my $name = $set->{name};
-    my $conf = join '', map { "$_\n" }
-      ($t ? ("port 0", "tls-port $self->{port}", "tls-cert-file $t->{cert}", "tls-key-file $t->{key}",
-          "tls-ca-cert-file $t->{ca}", "tls-auth-clients $t->{auth_clients}", "tls-replication yes")
-        : ("port $self->{port}")),
-      "bind 127.0.0.1",
-      "daemonize no",
-      "dir $self->{dir}",
-      "logfile \"\"",
-      "sentinel resolve-hostnames no",
-      "sentinel announce-ip 127.0.0.1",
-      "sentinel monitor $name 127.0.0.1 $mport $set->{quorum}",
-      "sentinel down-after-milliseconds $name $set->{down_after_ms}",
-      "sentinel failover-timeout $name $set->{failover_timeout}",
-      "sentinel parallel-syncs $name 1",
-      (defined $set->{password} ? ("sentinel auth-pass $name $set->{password}") : ()),
-      (defined $set->{sentinel_password} ? ("requirepass $set->{sentinel_password}") : ());
-    spew("$self->{dir}/sentinel.conf", $conf);
-    my $pid = fork // die "fork: $!";
-    if (!$pid) {
-        open STDOUT, '>', "$self->{dir}/sentinel.log";
-        open STDERR, '>&', \*STDOUT;
-        exec $RLTest::Sentinel::SERVER, "$self->{dir}/sentinel.conf", '--sentinel' or POSIX::_exit(127);
-    }
-    $self->{pid} = $pid;
-    my $deadline = time + 10;
-    while (time < $deadline) {
-        my ($ok, $v) = $self->cmd('PING');
-        return $self if $ok && $v eq 'PONG';
-        die "redis-sentinel exited: " . slurp("$self->{dir}/sentinel.log") if waitpid($pid, WNOHANG) == $pid;
-        sleep 0.05;
-    }
-    die "redis-sentinel did not start\n" . slurp("$self->{dir}/sentinel.log");
-}
-
-sub port { $_[0]{port} }
-sub pid  { $_[0]{pid} }
-sub dir  { $_[0]{dir} }
-sub addr { "127.0.0.1:$_[0]{port}" }
-sub tls  { $_[0]{tls} }
-sub log_text { slurp("$_[0]{dir}/sentinel.log") }
-
-# (1, reply) or (0, reason) over a kept connection, authenticated with the sentinel password.
-sub cmd {
-    my ($self, @args) = @_;
-    return RLTest::Redis::cmd($self, @args);
-}
-
-sub cli {
-    my ($self, @args) = @_;
-    my @auth = defined $self->{password} ? ('-a', $self->{password}, '--no-auth-warning') : ();
-    my (undef, $out) = run_cmd($RLTest::Redis::CLI_TIMEOUT, $RLTest::Redis::CLI, '-h', '127.0.0.1', '-p', $self->{port},
-        RLTest::Redis::cli_tls_args($self->{tls}), @auth, @args);
-    $out =~ s/\n\z//;
-    return $out;
-}
-
-sub kill_now {
-    my ($self, $sig) = @_;
-    return unless $self->{pid};
-    close $self->{conn}{s} if $self->{conn};
-    delete $self->{conn};
-    stop_child($self->{pid}, $sig // 'KILL', 3);
-    delete $self->{pid};
-}
-
-sub stop {
-    my ($self) = @_;
-    return if $self->{creator} != $$;
-    $self->kill_now('TERM') if $self->{pid};
-}
 
 1;

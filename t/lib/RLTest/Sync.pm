@@ -1,7 +1,7 @@
 package RLTest::Sync;
-# Helpers of the sync-zone tests (t/61-sync.t, t/62-sync-cluster.t): zones with sync=TIME
+# Helpers of the sync-zone tests (t/61-sync.t, t/62-sync-cluster.t, ...): zones with sync=TIME
 # described as Perl hashes, what their global state in Redis counts, what one exact limiter
-# admits over a span, and traffic sent to several hosts at once.
+# admits over a span, traffic sent to several hosts at once, and a host's rounds awaited.
 #
 # A zone: { name, algo, requests, period (s), burst, sync (s), mode (optimistic|lease|undef) }.
 #   zone_line($z, $redis_name)       its ratelimit_zone line (keyed on $arg_k)
@@ -27,6 +27,14 @@ package RLTest::Sync;
 #                                    $base units of others -> (seconds or undef, sent, last X-Rem)
 #       hammer, paced -> { 200 => n, 429 => n, ..., ':values' => { X-Status value => n }, ':t0', ':t1' }: t0..t1
 #       holds every decision (t0: before the first request left, t1: after the last reply)
+#   sync_total($nginx, $zone, $what) a counter of the zone on that host, $what 'rounds' (done:
+#                                    Redis answered, or the round failed) or 'failures' (rounds
+#                                    or lease asks that failed): nginx_ratelimit_sync_<what>_total
+#                                    (its server needs a `location = /metrics { ratelimit_metrics; }`),
+#                                    -1 if not there
+#   wait_sync($nginx, $zone, $what, $n [, $timeout])  until that counter grew by $n: what $n
+#                                    intervals would be slept for (or "a round fails"), awaited ->
+#                                    true, false after $timeout seconds (3)
 use strict;
 use warnings;
 use Exporter 'import';
@@ -34,7 +42,8 @@ use POSIX qw(floor);
 use Time::HiRes qw(time sleep);
 use RLTest;
 
-our @EXPORT = qw(zone_line capacity is_bucket zone_count settle exact_bound hammer paced converge units_of_state);
+our @EXPORT = qw(zone_line capacity is_bucket zone_count settle exact_bound hammer paced converge units_of_state
+  sync_total wait_sync);
 
 sub is_bucket { return $_[0]{algo} =~ /^(gcra|token|leaky)$/ ? 1 : 0 }
 sub capacity  { my ($z) = @_; return is_bucket($z) ? ($z->{burst} // 0) + 1 : $z->{requests} }
@@ -179,6 +188,18 @@ sub paced {
         return ref $path ? $path->($c, $i) : $path;
     };
     return _run($ports, $each, $clients, int($secs * $rate));
+}
+
+sub sync_total {
+    my ($n, $zone, $what) = @_;
+    my (undef, undef, $body) = $n->get('/metrics');
+    return ($body // '') =~ /^nginx_ratelimit_sync_\Q$what\E_total\{zone="\Q$zone\E"\} (\d+)$/m ? $1 : -1;
+}
+
+sub wait_sync {
+    my ($n, $zone, $what, $count, $timeout) = @_;
+    my $from = sync_total($n, $zone, $what);
+    return $from >= 0 && wait_until(sub { sync_total($n, $zone, $what) >= $from + $count }, timeout => $timeout // 3) ? 1 : 0;
 }
 
 sub converge {

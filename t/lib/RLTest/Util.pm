@@ -1,10 +1,11 @@
 package RLTest::Util;
 # What every other RLTest package needs: where the repository and the module are, files,
-# free loopback ports, temporary directories (kept with RLTEST_KEEP=1), fresh keys, the
-# window clock, settle_value (a value awaited instead of slept for), and processes: run_cmd
-# runs a command with a deadline, start_port_child starts a server that prints its port,
-# stop_child ends one that was started in the background, pid_alive tells a live process from
-# a zombie.
+# free loopback ports (reserved while the test file runs: test files may run at once),
+# temporary directories (kept with RLTEST_KEEP=1), fresh keys, the window clock, wait_until
+# and settle_value (a condition or a value awaited with a deadline instead of slept for), and
+# processes: run_cmd runs a command with a deadline, start_port_child starts a server that
+# prints its port, stop_child ends one that was started in the background, pid_alive tells a
+# live process from a zombie.
 # Core Perl only; depends on no other RLTest package.
 use strict;
 use warnings;
@@ -13,13 +14,14 @@ use Cwd qw(abs_path);
 use File::Basename qw(dirname);
 use File::Spec;
 use File::Temp qw(tempdir);
+use Fcntl qw(:flock);
 use IO::Select;
 use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 
 our @EXPORT_OK = qw(repo_root module_so slurp spew conf_line_of free_port temp_dir kept_dirs
-  run_cmd stop_child pid_alive worker_rss fresh_key settle_value avoid_window_edge wait_window_offset
+  run_cmd stop_child pid_alive worker_rss fresh_key wait_until settle_value avoid_window_edge wait_window_offset
   start_port_child);
 
 our $KEEP = $ENV{RLTEST_KEEP} ? 1 : 0;    # RLTEST_KEEP=1: keep the temporary directories
@@ -73,33 +75,60 @@ sub temp_dir {
 
 sub kept_dirs { @KEPT }
 
-# A loopback TCP port free now.
+# A loopback port (TCP and UDP) free now, and no other test's until this process ends: test
+# files run at once (prove -j) each take theirs, and a port a test keeps free on purpose (an
+# upstream or a Redis that is not there) stays so. A port is reserved by a lock (flock) on a
+# file named after it in $TMPDIR/rltest-ports, which goes with the process however it ends.
+# The ports come from below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768
+# and up by default): no connection's local port, nor a port bound to 0, takes one between
+# its choice here and its server's bind.
+our ($PORT_LO, $PORT_HI) = (20000, 32767);
+my %RESERVED;    # port -> its lock file, open
 sub free_port {
-    my $s = IO::Socket::INET->new(
-        LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1, ReuseAddr => 0,
-    ) or die "cannot bind: $!";
-    my $p = $s->sockport;
-    close $s;
-    return $p;
+    my $dir = File::Spec->catdir(File::Spec->tmpdir, 'rltest-ports');
+    mkdir $dir, 0777;
+    for (1 .. 1000) {
+        my $p = $PORT_LO + int(rand($PORT_HI - $PORT_LO + 1));
+        next if $RESERVED{$p};
+        open my $lock, '>>', "$dir/$p" or die "cannot open $dir/$p: $!";
+        if (!flock($lock, LOCK_EX | LOCK_NB)) { close $lock; next }
+        my @free = map { IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $p, Proto => $_,
+            $_ eq 'tcp' ? (Listen => 1) : (), ReuseAddr => 0) } qw(tcp udp);
+        if (grep { !$_ } @free) { close $lock; next }
+        close $_ for @free;
+        $RESERVED{$p} = $lock;
+        return $p;
+    }
+    die "no free port in $PORT_LO..$PORT_HI\n";
 }
 
 # A new client key each call: k1, k2, ... (or PREFIX1, ...).
 my $FRESH = 0;
 sub fresh_key { my ($prefix) = @_; $FRESH++; return ($prefix // 'k') . $FRESH }
 
-# settle_value($get, $want, %o): what a test would otherwise sleep for, awaited. Calls
-# $get->() until it returns $want (compared as strings), for up to o{timeout} seconds (3), then
-# once more o{after} seconds (0.2) later, so that a value only passing by on its way elsewhere
-# is not taken. Returns the last value read: $want if it came and stayed.
+# wait_until($cond, %o): a state a test would otherwise sleep for (what a response set off and
+# nginx, Redis or a backend finishes after it: a settle, a slot given back, a sync round, a log
+# line), awaited: calls $cond->() every o{every} seconds (0.02) until it returns a true value,
+# for up to o{timeout} seconds (3). Returns that value, or the last false one once the deadline
+# passed: the assertion that follows fails then, as it would on a wrong state.
+sub wait_until {
+    my ($cond, %o) = @_;
+    my $deadline = time + ($o{timeout} // 3);
+    while (1) {
+        my $v = $cond->();
+        return $v if $v || time > $deadline;
+        sleep $o{every} // 0.02;
+    }
+}
+
+# settle_value($get, $want, %o): a value awaited (wait_until) until $get->() returns $want
+# (compared as strings), for up to o{timeout} seconds (3), then read once more o{after} seconds
+# (0.2) later, so that a value only passing by on its way elsewhere is not taken. Returns the
+# last value read: $want if it came and stayed.
 sub settle_value {
     my ($get, $want, %o) = @_;
-    my $deadline = time + ($o{timeout} // 3);
     my $got;
-    while (1) {
-        $got = $get->();
-        last if (defined $got && $got eq $want) || time > $deadline;
-        sleep 0.02;
-    }
+    wait_until(sub { $got = $get->(); return defined $got && $got eq $want }, timeout => $o{timeout} // 3);
     return $got unless defined $got && $got eq $want;
     sleep $o{after} // 0.2;
     return $get->();
