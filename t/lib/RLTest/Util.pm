@@ -1,6 +1,6 @@
 package RLTest::Util;
-# What every other RLTest package needs: where the repository and the module are, files,
-# free loopback ports, temporary directories (kept with RLTEST_KEEP=1), fresh keys, the
+# What every other RLTest package needs: where the repository and the modules are, files,
+# free loopback ports (TCP, or TCP and UDP at once), temporary directories (kept with RLTEST_KEEP=1), fresh keys, the
 # window clock, settle_value (a value awaited instead of slept for), and processes: run_cmd
 # runs a command with a deadline, start_port_child starts a server that prints its port,
 # stop_child ends one that was started in the background, pid_alive tells a live process from
@@ -18,7 +18,7 @@ use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 
-our @EXPORT_OK = qw(repo_root module_so slurp spew conf_line_of free_port temp_dir kept_dirs
+our @EXPORT_OK = qw(repo_root module_so stream_module_so slurp spew conf_line_of free_port temp_dir kept_dirs
   run_cmd stop_child pid_alive worker_rss fresh_key settle_value avoid_window_edge wait_window_offset
   start_port_child);
 
@@ -31,6 +31,12 @@ sub repo_root { return dirname(dirname(dirname(dirname(abs_path(__FILE__))))) }
 sub module_so {
     return $ENV{RATELIMIT_SO} if $ENV{RATELIMIT_SO};
     return File::Spec->catfile(repo_root(), 'build', 'ngx_http_ratelimit_module.so');
+}
+
+# The stream module under test: $RATELIMIT_STREAM_SO, or build/ngx_stream_ratelimit_module.so.
+sub stream_module_so {
+    return $ENV{RATELIMIT_STREAM_SO} if $ENV{RATELIMIT_STREAM_SO};
+    return File::Spec->catfile(repo_root(), 'build', 'ngx_stream_ratelimit_module.so');
 }
 
 # ------------------------------------------------------------------ files
@@ -73,14 +79,20 @@ sub temp_dir {
 
 sub kept_dirs { @KEPT }
 
-# A loopback TCP port free now.
+# A loopback TCP port free now; free_port(udp => 1): one free for TCP and UDP both (a stream
+# server may listen on it either way).
 sub free_port {
-    my $s = IO::Socket::INET->new(
-        LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1, ReuseAddr => 0,
-    ) or die "cannot bind: $!";
-    my $p = $s->sockport;
-    close $s;
-    return $p;
+    my (%o) = @_;
+    for (1 .. 50) {
+        my $s = IO::Socket::INET->new(
+            LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp', Listen => 1, ReuseAddr => 0,
+        ) or die "cannot bind: $!";
+        my $p = $s->sockport;
+        my $u = $o{udp} ? IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $p, Proto => 'udp') : 1;
+        close $s;
+        return $p if $u;
+    }
+    die "no loopback port free for TCP and UDP\n";
 }
 
 # A new client key each call: k1, k2, ... (or PREFIX1, ...).
