@@ -9,7 +9,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
-use RLTest::StreamClient qw(tcp_talk);
+use RLTest::StreamClient qw(tcp_talk tcp_outcome);
 use RLTest::ProxyProtocol qw(pp_v1 pp_v2);
 use RLTest::TcpBackend;
 use Test::More;
@@ -51,12 +51,7 @@ my @p = $n->ports;
 
 # What each connection got: 'ok' (the server's data, then its close), 'closed' (closed with no
 # data), 'reset', or what else happened.
-sub outcome {
-    my ($port, %o) = @_;
-    my $r = tcp_talk($port, %o);
-    return $r->{data} ne '' ? ($r->{data} =~ s/\n\z//r) : $r->{end} eq 'eof' ? 'closed' : $r->{end};
-}
-sub outcomes { my ($port, $count, %o) = @_; return join ' ', map { outcome($port, %o) } 1 .. $count }
+sub outcomes { my ($port, $count, %o) = @_; return join ' ', map { tcp_outcome($port, %o) } 1 .. $count }
 
 # The access log's lines of a server: "$status $ratelimit_status $remote_addr", in order.
 sub logged {

@@ -7,8 +7,13 @@ package RLTest::StreamClient;
 #       connects, sends o{send} if given, reads until the server closes ('eof'), resets
 #       ('reset': ECONNRESET), o{want} bytes came ('want') or o{timeout} seconds (3) passed;
 #       ms: from the connect to that end. Dies if it cannot connect.
+#   tcp_outcome($port, %o) -> what tcp_talk($port, %o) came to, in a word: the data without its
+#       final newline when some came, else 'closed' (an orderly close), 'reset' or 'timeout'
+#   tcp_storm(\@ports, $clients, $each, %o) -> { outcome => count }: $clients processes at once,
+#       each making $each connections one after the other (tcp_outcome with %o), over @ports in
+#       turn; bounded by o{deadline} seconds (30), after which what did not report is 'lost'
 #   tcp_open($port [, $send]) -> a connected socket (what $send says sent): a connection held
-#       open by the test
+#       open by the test; undef if it was reset before its connect was seen done
 #   read_some($sock, %o) -> ($data, $end): as tcp_talk's reading, on a socket of the test
 #   udp_socket($port) -> a UDP socket connected to nginx's port, from a fresh local port
 #   udp_recv($sock [, $timeout]) -> the next datagram, or undef after $timeout seconds (1)
@@ -19,14 +24,17 @@ use warnings;
 use Exporter 'import';
 use IO::Select;
 use IO::Socket::INET;
+use POSIX ();
 use Time::HiRes qw(time);
 
-our @EXPORT_OK = qw(tcp_talk tcp_open read_some udp_socket udp_recv udp_once);
+our @EXPORT_OK = qw(tcp_talk tcp_outcome tcp_storm tcp_open read_some udp_socket udp_recv udp_once);
 
 sub tcp_open {
     my ($port, $send) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp', Timeout => 5)
-      or die "connect to 127.0.0.1:$port: $!\n";
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp', Timeout => 5);
+    # A reset that comes before the connect is seen done (an RST right after the accept)
+    return undef if !$s && $!{ECONNRESET};
+    die "connect to 127.0.0.1:$port: $!\n" unless $s;
     $s->autoflush(1);
     if (defined $send && length $send) {
         local $SIG{PIPE} = 'IGNORE';
@@ -56,9 +64,51 @@ sub tcp_talk {
     my ($port, %o) = @_;
     my $t0 = time;
     my $s = tcp_open($port, $o{send});
+    return { data => '', end => 'reset', ms => int((time - $t0) * 1000) } unless $s;
     my ($data, $end) = read_some($s, %o);
     close $s;
     return { data => $data, end => $end, ms => int((time - $t0) * 1000) };
+}
+
+sub tcp_outcome {
+    my ($port, %o) = @_;
+    my $r = tcp_talk($port, %o);
+    return $r->{data} ne '' ? ($r->{data} =~ s/\n\z//r) : $r->{end} eq 'eof' ? 'closed' : $r->{end};
+}
+
+sub tcp_storm {
+    my ($ports, $clients, $each, %o) = @_;
+    pipe(my $r, my $w) or die "pipe: $!";
+    my @pids;
+    for my $c (0 .. $clients - 1) {
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            close $r;
+            $SIG{ALRM} = sub { POSIX::_exit(1) };
+            alarm($o{deadline} // 30);
+            my $out = '';
+            $out .= tcp_outcome($ports->[($c + $_) % @$ports], %o) . "\n" for 0 .. $each - 1;
+            syswrite($w, $out);    # one write (under PIPE_BUF for the tests' sizes)
+            POSIX::_exit(0);
+        }
+        push @pids, $pid;
+    }
+    close $w;
+    my $sel = IO::Select->new($r);
+    my $deadline = time + ($o{deadline} // 30) + 2;
+    my $all = '';
+    while (1) {
+        my $left = $deadline - time;
+        last if $left <= 0 || !$sel->can_read($left);
+        last unless sysread($r, $all, 65536, length $all);
+    }
+    close $r;
+    waitpid($_, 0) for @pids;
+    my %count;
+    $count{$_}++ for split /\n/, $all;
+    my $lost = $clients * $each - scalar(split /\n/, $all);
+    $count{lost} = $lost if $lost;
+    return \%count;
 }
 
 sub udp_socket {
