@@ -11,7 +11,7 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::Nginx qw(nginx_version);
-use RLTest::StreamClient qw(tcp_outcome read_some);
+use RLTest::StreamClient qw(tcp_outcome tcp_open read_some);
 use RLTest::ClientHello qw(client_hello);
 use RLTest::TcpBackend;
 use RLTest::TLS;
@@ -45,6 +45,9 @@ my $stream = <<"EOF";
     ratelimit_zone sa   key=\$ssl_preread_server_name rate=1r/m;
     ratelimit_zone sb   key=\$ssl_preread_server_name rate=1r/m burst=2;
     ratelimit_zone bacc key=\$binary_remote_addr rate=1r/m;
+    ratelimit_zone dly  key=\$ssl_preread_server_name rate=2r/s burst=3;
+    ratelimit_zone cc   key=\$binary_remote_addr concurrency=2;
+    ratelimit_zone sni4 key=\$ssl_preread_server_name rate=1r/m;
 
     server { listen 127.0.0.1:%%PORT%%; ssl_preread on; ratelimit zone=sni at=preread;
              return "[\$ssl_preread_server_name]\\n"; }
@@ -55,9 +58,12 @@ my $stream = <<"EOF";
              ratelimit zone=tls at=preread; return "[\$ssl_server_name]\\n"; }
     server { listen 127.0.0.1:%%PORT4%% ssl; ssl_certificate $cert; ssl_certificate_key $key;
              ratelimit zone=tacc; return "[\$ssl_server_name]\\n"; }
+    server { listen 127.0.0.1:%%PORT7%%; ssl_preread on; ratelimit zone=dly at=preread delay=1; proxy_pass $be; }
+    server { listen 127.0.0.1:%%PORT8%%; ssl_preread on; ratelimit zone=cc; ratelimit zone=sni4 at=preread;
+             ratelimit_reject reset; proxy_pass $be; }
 $named
 EOF
-my $n = start_nginx(undef, nports => 7, stream => $stream);
+my $n = start_nginx(undef, nports => 9, stream => $stream);
 my @p = $n->ports;
 
 # What a connection that sends a ClientHello got: the server's line, or 'closed' (no data).
@@ -119,6 +125,41 @@ is(tls_talk($p[3], 'u.example'), '[u.example]', 'listen ssl: another name');
 is(tls_talk($p[4], 'v.example'), '[v.example]', 'listen ssl, at=accept: the first handshakes');
 is(hello($p[4], 'v.example'), 'closed', 'the second gets no byte: closed before the handshake (no ServerHello)');
 
+# delay= at preread (rate 2r/s, burst 3, delay=1): the third of a name is held before the
+# server's content starts: the backend sees it once its delay is over.
+{
+    my $t0 = Time::HiRes::time();
+    is(hellos($p[7], 2, 'w.example', want => 3), 'hi hi', 'preread delay: the first two at once');
+    my $s = tcp_open($p[7], client_hello(sni => 'w.example'));
+    my ($data) = read_some($s, want => 3, timeout => 3);
+    my $ms = int((Time::HiRes::time() - $t0) * 1000);
+    close $s;
+    is($data, "hi\n", 'preread delay: the third proxied');
+    cmp_ok($ms, '>=', 300, "... after its delay ($ms ms from the first, 500 due)");
+    like(logged($p[7], 3), qr/^200 PASSED w\.example, 200 PASSED w\.example, 200 DELAYED w\.example$/, 'preread delay: DELAYED');
+}
+
+# All or nothing with an in-flight zone at accept (2 slots): a connection rejected at preread
+# gives its slot back once, not again when it ends: with one held, after such a rejection,
+# one more fits and the next does not.
+{
+    my $hold = sub {
+        my $c = tcp_open($p[8], client_hello(sni => $_[0]));
+        my ($data) = read_some($c, want => 3, timeout => 3);
+        return $data eq "hi\n" ? $c : undef;
+    };
+    my $a = $hold->('a.example');
+    ok($a, 'in flight + preread: one held (slot 1 of 2)');
+    is(tcp_outcome($p[8], send => client_hello(sni => 'a.example')), 'reset',
+       'the next of its name rejected at preread: reset (ratelimit_reject reset)');
+    is(scalar($n->log_lines('stream.log', qr/^$p[8] 503 REJECTED a\.example$/, 1)), 1, '... and ended');
+    my $c = $hold->('c.example');
+    ok($c, 'another name: held (slot 2 of 2)');
+    is(hello($p[8], 'd.example'), 'closed', 'a third at once: rejected at accept, the slots are full');
+    like($n->error_log, qr/limiting connections by zone "cc" while initializing session/, '... by the in-flight zone');
+    close $_ for grep { $_ } $a, $c;
+}
+
 SKIP: {
     skip 'stream servers selected by name: nginx 1.25.5+', 6 unless $by_name;
     is(hellos($p[6], 2, 'a.example'), '[a:a.example] closed', 'SNI a.example: its server (default) and its limit');
@@ -126,7 +167,7 @@ SKIP: {
        'SNI b.example: its server, its own preread limit (burst 2); its at=accept line never applies');
     is(hellos($p[6], 2, undef), '[a:] [a:]', 'no SNI: the default server, exempt');
     unlike($n->error_log, qr/by zone "bacc"/, 'bacc never decided');
-    my ($rc, $out) = nginx_t(undef, nports => 7, stream => $stream);
+    my ($rc, $out) = nginx_t(undef, nports => 9, stream => $stream);
     is($rc, 0, 'nginx -t passes');
     like($out, qr/\[warn\] at=accept of zone "bacc" in \S+nginx\.conf:\d+ never applies: its server is no address's default server/,
          'nginx -t warns: at=accept outside a default server');
