@@ -24,6 +24,8 @@ my $seeds   = $cluster->seeds;
 my $udp     = RLTest::UdpBackend->start(replies => 0);
 my $ua      = $udp->addr;
 my $rp      = $redis->port;
+my $held    = RLTest::TcpBackend->start(greet => "hi\n");
+my $ba      = $held->addr;
 
 my $stream = <<"EOF";
     log_format rl '\$server_port \$status \$ratelimit_status';
@@ -36,15 +38,17 @@ my $stream = <<"EOF";
     ratelimit_zone sy  key=\$binary_remote_addr requests=10 period=1h algo=fixed redis=main sync=50ms;
     ratelimit_zone us  key=\$binary_remote_addr rate=1r/m burst=2 redis=main;
     ratelimit_zone dsy key=\$binary_remote_addr requests=10 period=1h algo=fixed redis=main sync=50ms;
+    ratelimit_zone rc  key=\$binary_remote_addr concurrency=1 redis=main hold=5s;
 
     server { listen 127.0.0.1:%%PORT%%;  ratelimit zone=pr; return "ok\\n"; }
     server { listen 127.0.0.1:%%PORT1%%; ratelimit zone=cz; return "ok\\n"; }
     server { listen 127.0.0.1:%%PORT2%%; ratelimit zone=sy; return "ok\\n"; }
     server { listen 127.0.0.1:%%PORT3%% udp reuseport; ratelimit zone=us; proxy_pass $ua; proxy_responses 0; }
     server { listen 127.0.0.1:%%PORT4%% udp reuseport; ratelimit zone=dsy at=datagram; proxy_pass $ua; proxy_timeout 1s; }
+    server { listen 127.0.0.1:%%PORT5%%; ratelimit zone=rc; proxy_pass $ba; }
 EOF
-my $n1 = start_nginx(undef, nports => 5, stream => $stream);
-my $n2 = start_nginx(undef, nports => 5, stream => $stream);
+my $n1 = start_nginx(undef, nports => 6, stream => $stream);
+my $n2 = start_nginx(undef, nports => 6, stream => $stream);
 my @p1 = $n1->ports;
 my @p2 = $n2->ports;
 
@@ -104,6 +108,23 @@ sub summary { my ($c) = @_; return join ' ', map { "$_=$c->{$_}" } sort keys %$c
     my $seen = $udp->settled(20, 1);
     ok($seen >= 10 && $seen <= 20, "datagrams, sync: $seen of 60 passed (10 to 20)");
     is((settle($redis, $z, $seen))[1], $seen, 'datagrams, sync: Redis counts exactly what passed');
+}
+
+# In flight across hosts (concurrency=1 redis=): a connection held on one host takes the slot;
+# the other host rejects; once it closes (its member removed from Redis), the other passes.
+{
+    my $s = tcp_open($p1[5]);
+    my ($data) = read_some($s, want => 3, timeout => 3);
+    is($data, "hi\n", 'in flight, Redis: a connection held on the first host');
+    is(tcp_outcome($p2[5], want => 3), 'closed', 'in flight, Redis: the second host rejects the same key');
+    like($n2->error_log, qr/limiting connections by zone "rc" while initializing session, client: 127\.0\.0\.1/,
+         'in flight, Redis: the line');
+    my $slots = sub { my $k = 0; $k += ($redis->cmd('ZCARD', $_))[1] // 0 for $redis->keys_matching('rl:{rc:*'); $k };
+    is($slots->(), 1, 'in flight, Redis: one member in Redis');
+    close $s;
+    # The slot goes when the first host's session ends (a ZREM, not waited for): awaited.
+    is(settle_value($slots, 0), 0, 'in flight, Redis: given back when the connection ended');
+    is(tcp_outcome($p2[5], want => 3), 'hi', 'in flight, Redis: the other host passes');
 }
 
 # ratelimit_on_error with Redis down (nothing listens on its port).

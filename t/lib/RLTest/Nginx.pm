@@ -13,9 +13,10 @@ package RLTest::Nginx;
 # /usr/lib/nginx/modules/ngx_stream_module.so, from libnginx-mod-stream), not where stream is
 # built in (an upstream build --with-stream: stream_built_in). The http module is loaded too
 # unless so => ''; load_order => 'stream_first' loads the stream modules before it (Debian's
-# own order, its 50- link sorting after the http module's, is the default: http first). With
-# $http undef the http block has only a server of its own (on a port of its own) that tells
-# when nginx is up, so no connection reaches a stream server before the test's. A stream
+# own order, its 50- link sorting after the http module's, is the default: http first). The
+# http block ($http may be undef) gets a server of its own (on a port of its own) that tells
+# when nginx is up, so no connection reaches the test's servers before the test (it takes the
+# http{} level's ratelimit lines, if a test has some there). A stream
 # configuration gets ports free for TCP and UDP both, nports of them (4; %%PORT%%,
 # %%PORT1%%...).
 use strict;
@@ -75,8 +76,7 @@ sub _load_lines {
 
 # Builds a complete nginx.conf. $http is the body of the http block, o{stream} that of a stream
 # block; they may contain %%PORT%%, %%PORT1%%..%%PORTn%% and %%DIR%% which are substituted.
-# o{ready_port}: a server of the http block on that port (the probe of a start) when $http is
-# undef.
+# o{ready_port}: a server of the http block on that port (the probe of a start).
 sub _full_conf {
     my ($dir, $http, %o) = @_;
     my $workers = $o{workers} // 2;
@@ -85,7 +85,7 @@ sub _full_conf {
     my $load    = _load_lines(%o);
     my $user    = $> == 0 ? "user nobody nogroup;\n" : '';
     my $stream  = defined $o{stream} ? "\nstream {\n$o{stream}\n}\n" : '';
-    $http //= defined $o{ready_port} ? "    server { listen 127.0.0.1:$o{ready_port}; return 204; }\n" : '';
+    $http = ($http // '') . (defined $o{ready_port} ? "    server { listen 127.0.0.1:$o{ready_port}; return 204; }\n" : '');
     my $conf = <<"EOF";
 $load${user}worker_processes $workers;
 daemon on;
@@ -157,8 +157,8 @@ sub start_nginx {
     chmod 0755, $dir;
     $self->{dir}   = $dir;
     $self->{ports} = _ports(%o);
-    # A stream-only configuration is probed on a server of its own (see _full_conf).
-    $o{ready_port} = free_port() if !defined $http && defined $o{stream} && !defined $o{full};
+    # A stream configuration is probed on a server of its own (see _full_conf).
+    $o{ready_port} = free_port() if defined $o{stream} && !defined $o{full};
     $self->{probe} = $o{ready_port} // $self->{ports}[0];
     $self->{opts}  = \%o;
     if (my $files = $o{files}) {
