@@ -12,6 +12,7 @@ use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::Sync qw(zone_count settle);
 use RLTest::StreamClient qw(tcp_outcome tcp_storm tcp_open read_some udp_socket);
+use RLTest::ClientHello qw(client_hello);
 use RLTest::TcpBackend;
 use RLTest::UdpBackend;
 use Test::More;
@@ -39,6 +40,7 @@ my $stream = <<"EOF";
     ratelimit_zone us  key=\$binary_remote_addr rate=1r/m burst=2 redis=main;
     ratelimit_zone dsy key=\$binary_remote_addr requests=10 period=1h algo=fixed redis=main sync=50ms;
     ratelimit_zone rc  key=\$binary_remote_addr concurrency=1 redis=main hold=5s;
+    ratelimit_zone rs  key=\$ssl_preread_server_name rate=1r/m burst=4 redis=main;
 
     server { listen 127.0.0.1:%%PORT%%;  ratelimit zone=pr; return "ok\\n"; }
     server { listen 127.0.0.1:%%PORT1%%; ratelimit zone=cz; return "ok\\n"; }
@@ -46,9 +48,11 @@ my $stream = <<"EOF";
     server { listen 127.0.0.1:%%PORT3%% udp reuseport; ratelimit zone=us; proxy_pass $ua; proxy_responses 0; }
     server { listen 127.0.0.1:%%PORT4%% udp reuseport; ratelimit zone=dsy at=datagram; proxy_pass $ua; proxy_timeout 1s; }
     server { listen 127.0.0.1:%%PORT5%%; ratelimit zone=rc; proxy_pass $ba; }
+    server { listen 127.0.0.1:%%PORT6%%; ssl_preread on; ratelimit zone=rs at=preread;
+             return "[\$ssl_preread_server_name]\\n"; }
 EOF
-my $n1 = start_nginx(undef, nports => 6, stream => $stream);
-my $n2 = start_nginx(undef, nports => 6, stream => $stream);
+my $n1 = start_nginx(undef, nports => 7, stream => $stream);
+my $n2 = start_nginx(undef, nports => 7, stream => $stream);
 my @p1 = $n1->ports;
 my @p2 = $n2->ports;
 
@@ -62,6 +66,11 @@ sub summary { my ($c) = @_; return join ' ', map { "$_=$c->{$_}" } sort keys %$c
     is(summary($c), 'closed=50 ok=10', 'Redis Cluster: exactly 10 of 60 admitted');
     my @keys = $cluster->scan('rl:{cz:*');
     is(scalar @keys, 1, 'Cluster: one key, on its slot\'s primary');
+    # at=preread in Redis, keyed on the SNI name: the wait resumes the preread stage.
+    my $hello = client_hello(sni => 'r.example');
+    $c = tcp_storm([$p1[6], $p2[6]], 6, 5, send => $hello);
+    $c->{closed} += delete $c->{reset} // 0;    # (a close with the ClientHello unread: nginx 1.25.5+)
+    is(summary($c), '[r.example]=5 closed=25', 'at=preread in Redis: exactly 5 of 30 ClientHellos named r.example admitted');
 }
 
 # UDP sessions decided in Redis: 12 fresh ports over both hosts, 3 reach the backend.
@@ -164,6 +173,8 @@ EOF
     ratelimit_zone bz key=\$binary_remote_addr rate=1r/m burst=99 redis=bh;
     server { listen 127.0.0.1:%%PORT%%;  ratelimit_on_error allow; ratelimit zone=bz; proxy_pass $be; }
     server { listen 127.0.0.1:%%PORT1%%; ratelimit_on_error deny;  ratelimit zone=bz; return "ok\\n"; }
+    server { listen 127.0.0.1:%%PORT2%%; ssl_preread on; ratelimit_on_error allow; ratelimit zone=bz at=preread;
+             return "[\$ssl_preread_server_name]\\n"; }
 EOF
     my @p = $n->ports;
     # Decided in Redis through the proxy first (the workers connected at their start).
@@ -187,6 +198,12 @@ EOF
     ok($ms >= 250 && $ms < 300 + $margin_ms, "... after ${ms} ms");
     @l = $n->log_lines('stream.log', qr/ ERROR$/, 2);
     is(join(', ', map { s/^\d+ //r } @l), '200 ERROR, 503 ERROR', 'logged: ERROR, 503 for deny');
+    # at=preread: the wait comes after the ClientHello, and is as bounded.
+    $t0 = time;
+    $r = tcp_outcome($p[2], send => client_hello(sni => 'q.example'));
+    $ms = int((time - $t0) * 1000);
+    is($r, '[q.example]', 'at=preread, on_error allow: the content after the timeout');
+    ok($ms >= 250 && $ms < 300 + $margin_ms, "... after ${ms} ms");
 }
 
 done_testing;
