@@ -16,14 +16,14 @@ my $redis = start_redis();
 my $rp = $redis->port;
 
 my $stream = <<"EOF";
-    ratelimit_redis sr 127.0.0.1:$rp timeout=500ms;
+    ratelimit_redis sr 127.0.0.1:$rp timeout=2s;
     ratelimit_zone ss key=\$binary_remote_addr rate=1r/m burst=1;
     ratelimit_zone sz key=\$binary_remote_addr rate=1r/m burst=1 redis=sr;
     server { listen 127.0.0.1:%%PORT%%;  ratelimit zone=ss; return "ok\\n"; }
     server { listen 127.0.0.1:%%PORT1%%; ratelimit zone=sz; return "ok\\n"; }
 EOF
 my $http = <<"EOF";
-    ratelimit_redis hr 127.0.0.1:$rp timeout=500ms;
+    ratelimit_redis hr 127.0.0.1:$rp timeout=2s;
     ratelimit_zone hs key=\$arg_k rate=1r/m burst=1;
     ratelimit_zone hz key=\$arg_k rate=1r/m burst=1 redis=hr;
     server {
@@ -98,11 +98,11 @@ SKIP: {
       if $crossed;
     for my $order (qw(http_first stream_first)) {
         my $n = start_nginx(<<"H", load_order => $order, stream => <<"S");
-    ratelimit_redis hr 127.0.0.1:$rp timeout=500ms;
+    ratelimit_redis hr 127.0.0.1:$rp timeout=2s;
     ratelimit_zone hl key=\$arg_k requests=100 period=1m algo=sliding redis=hr sync=50ms sync_mode=lease;
     server { listen 127.0.0.1:%%PORT2%%; location / { ratelimit zone=hl; empty_gif; } }
 H
-    ratelimit_redis sr 127.0.0.1:$rp timeout=500ms;
+    ratelimit_redis sr 127.0.0.1:$rp timeout=2s;
     ratelimit_zone sy key=\$binary_remote_addr requests=2 period=1h algo=fixed redis=sr sync=50ms;
     server { listen 127.0.0.1:%%PORT%%; ratelimit zone=sy; return "ok\\n"; }
 S
