@@ -59,8 +59,9 @@ test_deps() {
     # fail2ban (fail2ban-regex): t/75-fail2ban.t runs the example filter over a real error log;
     # python3-grpcio: t/82-settle.t's gRPC upstream and client (t/lib/grpc_tokens.py);
     # chromium: t/90-dashboard-page.t drives the dashboard in it (headless, t/lib/cdp_page.py);
-    # lua5.1 (luac5.1): the Lua's files parse as the Lua 5.1 Redis runs (tests/lua_source_test.cpp).
-    ensure_packages cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
+    # lua5.1 (luac5.1): the Lua's files parse as the Lua 5.1 Redis runs (tests/lua_source_test.cpp);
+    # libnginx-mod-stream: Debian's stream module, which the stream tests load before theirs.
+    ensure_packages libnginx-mod-stream:/usr/lib/nginx/modules/ngx_stream_module.so cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
         libhiredis-dev:/usr/include/hiredis/hiredis.h redis-server:redis-server redis-tools:redis-cli \
         redis-sentinel:redis-sentinel libnet-dns-perl:/usr/share/perl5/Net/DNS.pm \
         perl:prove curl:curl wrk:wrk prometheus:promtool python3-prometheus-client:/usr/lib/python3/dist-packages/prometheus_client \

@@ -9,7 +9,7 @@ package RLTest;
 #               a value awaited with a deadline, not slept for); temp dirs; processes: run_cmd (a command with a deadline),
 #               stop_child, pid_alive
 #   Nginx       start_nginx nginx_t nginx_bin; $n->port/ports/dir/conf/conf_file/error_log,
-#               reload stop master_pid worker_pids wait_log allow_log; $n->get/get_port/
+#               reload stop master_pid worker_pids wait_log log_lines allow_log; $n->get/get_port/
 #               keepalive; Redis-test helpers timed resumes_within wait_decided remaining
 #               wait_consumed settle_remaining; key_state and api (ratelimit_api); the teardown
 #               check (bad_log_lines)
@@ -41,6 +41,12 @@ package RLTest;
 #               start_grpc grpc_call);` (see its header)
 #   Browser     a page in headless Chromium (t/lib/cdp_page.py) and a stand-in for
 #               ratelimit_api serving the dashboard, `use RLTest::Browser qw(...);` (see its header)
+#   stream{}    start_nginx(undef, stream => ...) (see RLTest::Nginx's header); not exported,
+#               each `use`d by the stream tests (see their headers): TcpBackend and UdpBackend
+#               (servers behind stream servers that count what arrives and answer; both made
+#               of Child, a counting server in a forked child), StreamClient (TCP connections
+#               that say how they ended; UDP sockets from fresh ports), ClientHello (a TLS
+#               ClientHello with SNI for ssl_preread), ProxyProtocol (PROXY v1 and v2 headers)
 #
 # This file itself: every test file is bounded in time (RLTEST_TIMEOUT seconds, default
 # 150: then it dies, and the END below stops what it started), and the teardown check: at

@@ -23,13 +23,7 @@ ngx_int_t verdict(ngx_stream_session_t* s, rl_ctx_t* ctx) {
         return sc->verdict;
     }
     if (!sc->delaying) return NGX_DECLINED;
-    sc->delaying = false;
-    rl_stream_session_t* ss = sc->session;
-    ss->delay.handler = on_delayed;
-    ss->delay.data = ss;
-    ss->delay.log = s->connection->log;
-    ctx->phase = RL_PHASE_DELAYED;
-    ngx_add_timer(&ss->delay, static_cast<ngx_msec_t>(ctx->delay_ms));
+    rl_stream_delay(sc->session, ctx, on_delayed);
     return NGX_AGAIN;
 }
 

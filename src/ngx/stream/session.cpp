@@ -144,6 +144,15 @@ rl_ctx_t* rl_stream_ctx_create(rl_stream_session_t* ss, rl_stage_e at, const rl_
     return ctx;
 }
 
+void rl_stream_delay(rl_stream_session_t* ss, rl_ctx_t* ctx, ngx_event_handler_pt done) noexcept {
+    rl_stream(ctx)->delaying = false;
+    ss->delay.handler = done;
+    ss->delay.data = ss;
+    ss->delay.log = ss->s->connection->log;
+    ctx->phase = RL_PHASE_DELAYED;  // a close meanwhile gives the units back (rl_ctx_cleanup)
+    ngx_add_timer(&ss->delay, static_cast<ngx_msec_t>(ctx->delay_ms));
+}
+
 void rl_stream_reset(ngx_stream_session_t* s) noexcept {
     ngx_connection_t* c = s->connection;
     if (c->type != SOCK_STREAM) return;

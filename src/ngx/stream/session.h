@@ -10,7 +10,7 @@ struct rl_stream_session_t {
     rl_ctx_t* ctx[RL_AT_N];     // made when its stage first applies
     rl_status_e status;         // $ratelimit_status: the accept stage's verdict, then preread's
     uint64_t dropped;           // $ratelimit_dropped: its datagrams dropped over a limit
-    ngx_event_t delay;          // at=accept with delay=: held before anything is read
+    ngx_event_t delay;          // delay=: held before anything is read (accept), before the content (preread)
 };
 
 // The stream front end's part of each stage's context (rl_ctx_front).
@@ -34,3 +34,6 @@ rl_ctx_t* rl_stream_ctx_create(rl_stream_session_t* ss, rl_stage_e at, const rl_
                                void (*resume)(ngx_stream_session_t*)) noexcept;
 // A rejected TCP connection is reset rather than closed (ratelimit_reject reset).
 void rl_stream_reset(ngx_stream_session_t* s) noexcept;
+// Holds the session for the delay its stage's context was admitted with (delay=), on the
+// session's timer; `done` goes on when it is over.
+void rl_stream_delay(rl_stream_session_t* ss, rl_ctx_t* ctx, ngx_event_handler_pt done) noexcept;

@@ -26,12 +26,17 @@ ngx_int_t variable(ngx_stream_session_t* s, ngx_stream_variable_value_t* v, uint
         v->len = static_cast<unsigned>(ngx_sprintf(p, "%uL", ss != nullptr ? ss->dropped : 0) - p);
         return NGX_OK;
     }
-    if (ss == nullptr || ss->status == RL_STATUS_NONE) {
+    rl_status_e status = ss != nullptr ? ss->status : RL_STATUS_NONE;
+    // A stage whose every key was empty has no verdict: the engine says EXEMPT in its context.
+    for (ngx_uint_t at : {RL_AT_PREREAD, RL_AT_ACCEPT}) {
+        if (status == RL_STATUS_NONE && ss != nullptr && ss->ctx[at] != nullptr) status = ss->ctx[at]->status;
+    }
+    if (status == RL_STATUS_NONE) {
         v->not_found = 1;
         return NGX_OK;
     }
-    v->data = status_names[ss->status].data;
-    v->len = static_cast<unsigned>(status_names[ss->status].len);
+    v->data = status_names[status].data;
+    v->len = static_cast<unsigned>(status_names[status].len);
     return NGX_OK;
 }
 

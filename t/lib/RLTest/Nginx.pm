@@ -5,6 +5,20 @@ package RLTest::Nginx;
 # the teardown check: every error.log made here is checked for [alert], [crit], "exited on
 # signal" and sanitizer reports (see RLTest.pm, which runs it).
 # $NGINX_BIN is the nginx binary (/usr/sbin/nginx), RLTest::Util::module_so the module.
+#
+# A stream{} block: start_nginx($http, stream => $text) or nginx_t($http, stream => $text). The
+# stream module (RLTest::Util::stream_module_so: $RATELIMIT_STREAM_SO or
+# build/ngx_stream_ratelimit_module.so; stream_so => '' for none) is loaded after nginx's own
+# stream module where that is a module too (Debian: $NGINX_STREAM_MODULE, default
+# /usr/lib/nginx/modules/ngx_stream_module.so, from libnginx-mod-stream), not where stream is
+# built in (an upstream build --with-stream: stream_built_in). The http module is loaded too
+# unless so => ''; load_order => 'stream_first' loads the stream modules before it (Debian's
+# own order, its 50- link sorting after the http module's, is the default: http first). The
+# http block ($http may be undef) gets a server of its own (on a port of its own) that tells
+# when nginx is up, so no connection reaches the test's servers before the test (it takes the
+# http{} level's ratelimit lines, if a test has some there). A stream
+# configuration gets ports free for TCP and UDP both, nports of them (4; %%PORT%%,
+# %%PORT1%%...).
 use strict;
 use warnings;
 use Exporter 'import';
@@ -12,13 +26,14 @@ use File::Basename qw(dirname);
 use File::Path qw(make_path);
 use Time::HiRes qw(time sleep);
 use IO::Socket::INET;
-use RLTest::Util qw(module_so slurp spew free_port temp_dir run_cmd pid_alive wait_until settle_value);
+use RLTest::Util qw(module_so stream_module_so slurp spew free_port temp_dir run_cmd pid_alive wait_until settle_value);
 use RLTest::Http qw(http_request parse_sf_list);
 use RLTest::KeepAlive;
 
-our @EXPORT_OK = qw(nginx_bin start_nginx nginx_t);
+our @EXPORT_OK = qw(nginx_bin start_nginx nginx_t stream_built_in nginx_version);
 
 our $BIN = $ENV{NGINX_BIN} || '/usr/sbin/nginx';
+our $STREAM_CORE_SO = $ENV{NGINX_STREAM_MODULE} || '/usr/lib/nginx/modules/ngx_stream_module.so';
 our $CMD_TIMEOUT = 30;    # seconds for nginx -t, and for nginx to daemonize at a start
 
 my @INSTANCES;        # every nginx started by this process, stopped at the end
@@ -27,16 +42,50 @@ my $T_START = time;   # sanitizer reports older than this are not this file's
 
 sub nginx_bin { $BIN }
 
-# Builds a complete nginx.conf. $http is the body of the http block; it may contain
-# %%PORT%%, %%PORT1%%..%%PORT3%% and %%DIR%% which are substituted.
+# Whether stream is built into the nginx binary (`nginx -V` says --with-stream, not
+# --with-stream=dynamic): then no stream module is loaded before the test's.
+my $BUILT_IN;
+sub stream_built_in {
+    return $BUILT_IN if defined $BUILT_IN;
+    my ($rc, $out) = run_cmd($CMD_TIMEOUT, $BIN, '-V');
+    die "$BIN -V failed: $out\n" if $rc != 0;
+    return $BUILT_IN = $out =~ /--with-stream(?![=_])/ ? 1 : 0;
+}
+
+# The nginx binary's version as a number: 1022001 for 1.22.1 (what a test needs to know: stream
+# servers selected by name came with 1.25.5).
+my $VERSION;
+sub nginx_version {
+    return $VERSION if defined $VERSION;
+    my ($rc, $out) = run_cmd($CMD_TIMEOUT, $BIN, '-v');
+    my ($a, $b, $c) = $out =~ m{nginx/(\d+)\.(\d+)\.(\d+)} or die "$BIN -v: $out\n";
+    return $VERSION = $a * 1000000 + $b * 1000 + $c;
+}
+
+# The load_module lines: the http module and the stream ones, in the order asked.
+sub _load_lines {
+    my (%o) = @_;
+    my $so = exists $o{so} ? $o{so} : module_so();
+    my @http = defined $so && length $so ? ($so) : ();
+    return join '', map { "load_module $_;\n" } @http unless defined $o{stream};
+    my $sso = exists $o{stream_so} ? $o{stream_so} : stream_module_so();
+    my @stream = ((stream_built_in() ? () : ($STREAM_CORE_SO)), (defined $sso && length $sso ? ($sso) : ()));
+    my @all = ($o{load_order} // '') eq 'stream_first' ? (@stream, @http) : (@http, @stream);
+    return join '', map { "load_module $_;\n" } @all;
+}
+
+# Builds a complete nginx.conf. $http is the body of the http block, o{stream} that of a stream
+# block; they may contain %%PORT%%, %%PORT1%%..%%PORTn%% and %%DIR%% which are substituted.
+# o{ready_port}: a server of the http block on that port (the probe of a start).
 sub _full_conf {
     my ($dir, $http, %o) = @_;
-    my $so      = exists $o{so} ? $o{so} : module_so();
     my $workers = $o{workers} // 2;
     my $level   = $o{log_level} // 'info';
     my $main    = $o{main} // '';
-    my $load    = defined $so && length $so ? "load_module $so;\n" : '';
+    my $load    = _load_lines(%o);
     my $user    = $> == 0 ? "user nobody nogroup;\n" : '';
+    my $stream  = defined $o{stream} ? "\nstream {\n$o{stream}\n}\n" : '';
+    $http = ($http // '') . (defined $o{ready_port} ? "    server { listen 127.0.0.1:$o{ready_port}; return 204; }\n" : '');
     my $conf = <<"EOF";
 $load${user}worker_processes $workers;
 daemon on;
@@ -59,8 +108,15 @@ http {
 
 $http
 }
+$stream
 EOF
     return $conf;
+}
+
+# The ports of an instance: o{nports} (4), free for TCP and UDP both with a stream block.
+sub _ports {
+    my (%o) = @_;
+    return [map { free_port(udp => defined $o{stream}) } 1 .. ($o{nports} // 4)];
 }
 
 sub _subst {
@@ -80,7 +136,7 @@ sub nginx_t {
     my $dir = temp_dir('rltest');
     push @LOGS, ["$dir/error.log", $o{allow_alerts} ? qr/./ : $o{allow_log}];
     chmod 0755, $dir;
-    my $ports = [map { free_port() } 0 .. 3];
+    my $ports = _ports(%o);
     my $conf  = defined $o{full} ? $o{full} : _full_conf($dir, $http, %o);
     $conf = _subst($conf, $dir, $ports);
     my $file = "$dir/nginx.conf";
@@ -91,7 +147,8 @@ sub nginx_t {
 
 # start_nginx($http_body, %opts): opts workers (2), log_level (info), main (extra main
 # context text), so (module path; '' for none), full (the complete conf instead),
-# files => { relpath => content }, allow_alerts / allow_log (see the teardown check).
+# files => { relpath => content }, allow_alerts / allow_log (see the teardown check);
+# stream, stream_so, load_order, nports (see the top of this file).
 sub start_nginx {
     my ($http, %o) = @_;
     my $self = bless { creator => $$, workers => $o{workers} // 2 }, __PACKAGE__;
@@ -99,7 +156,10 @@ sub start_nginx {
     push @LOGS, ["$dir/error.log", $o{allow_alerts} ? qr/./ : $o{allow_log}];
     chmod 0755, $dir;
     $self->{dir}   = $dir;
-    $self->{ports} = [map { free_port() } 0 .. 3];
+    $self->{ports} = _ports(%o);
+    # A stream configuration is probed on a server of its own (see _full_conf).
+    $o{ready_port} = free_port() if defined $o{stream} && !defined $o{full};
+    $self->{probe} = $o{ready_port} // $self->{ports}[0];
     $self->{opts}  = \%o;
     if (my $files = $o{files}) {
         for my $rel (sort keys %$files) {
@@ -180,7 +240,7 @@ sub _wait_started {
     my ($self) = @_;
     my $deadline = time + 10;
     while (time < $deadline) {
-        if ($self->master_pid && (my @w = $self->worker_pids) >= $self->{workers} && _can_connect($self->port)) {
+        if ($self->master_pid && (my @w = $self->worker_pids) >= $self->{workers} && _can_connect($self->{probe})) {
             return 1;
         }
         sleep 0.05;
@@ -248,6 +308,19 @@ sub wait_log {
     wait_until(sub { $found = $self->error_log =~ $re ? $1 // $& : undef; return defined $found },
         timeout => $timeout // 3, every => 0.05);
     return $found;
+}
+
+# $n->log_lines($file, $re, $count [, $timeout]) -> the lines of $file (relative to the prefix:
+# an access log the test configured) that match $re, once there are at least $count of them
+# (what was logged at the end of a session, awaited), or those there are after $timeout (3) s.
+sub log_lines {
+    my ($self, $file, $re, $count, $timeout) = @_;
+    my $deadline = time + ($timeout // 3);
+    while (1) {
+        my @l = grep { $_ =~ $re } split /\n/, slurp("$self->{dir}/$file");
+        return @l if @l >= $count || time > $deadline;
+        sleep 0.05;
+    }
 }
 
 # ---------------------------------------------------------------- requests

@@ -1,11 +1,11 @@
 package RLTest::Util;
-# What every other RLTest package needs: where the repository and the module are, files,
-# free loopback ports (reserved while the test file runs: test files may run at once),
-# temporary directories (kept with RLTEST_KEEP=1), fresh keys, the window clock, wait_until
-# and settle_value (a condition or a value awaited with a deadline instead of slept for), and
-# processes: run_cmd runs a command with a deadline, start_port_child starts a server that
-# prints its port, stop_child ends one that was started in the background, pid_alive tells a
-# live process from a zombie.
+# What every other RLTest package needs: where the repository and the modules are, files,
+# free loopback ports for TCP and UDP (reserved while the test file runs: test files may run at
+# once), temporary directories (kept with RLTEST_KEEP=1), fresh keys, the window clock,
+# wait_until and settle_value (a condition or a value awaited with a deadline instead of slept
+# for), and processes: run_cmd runs a command with a deadline, start_port_child starts a server
+# that prints its port, stop_child ends one that was started in the background, pid_alive tells
+# a live process from a zombie.
 # Core Perl only; depends on no other RLTest package.
 use strict;
 use warnings;
@@ -20,7 +20,7 @@ use IO::Socket::INET;
 use POSIX qw(:sys_wait_h);
 use Time::HiRes qw(time sleep);
 
-our @EXPORT_OK = qw(repo_root module_so slurp spew conf_line_of free_port temp_dir kept_dirs
+our @EXPORT_OK = qw(repo_root module_so stream_module_so slurp spew conf_line_of free_port temp_dir kept_dirs
   run_cmd stop_child pid_alive worker_rss fresh_key wait_until settle_value avoid_window_edge wait_window_offset
   start_port_child);
 
@@ -33,6 +33,12 @@ sub repo_root { return dirname(dirname(dirname(dirname(abs_path(__FILE__))))) }
 sub module_so {
     return $ENV{RATELIMIT_SO} if $ENV{RATELIMIT_SO};
     return File::Spec->catfile(repo_root(), 'build', 'ngx_http_ratelimit_module.so');
+}
+
+# The stream module under test: $RATELIMIT_STREAM_SO, or build/ngx_stream_ratelimit_module.so.
+sub stream_module_so {
+    return $ENV{RATELIMIT_STREAM_SO} if $ENV{RATELIMIT_STREAM_SO};
+    return File::Spec->catfile(repo_root(), 'build', 'ngx_stream_ratelimit_module.so');
 }
 
 # ------------------------------------------------------------------ files
@@ -84,7 +90,7 @@ sub kept_dirs { @KEPT }
 # its choice here and its server's bind.
 our ($PORT_LO, $PORT_HI) = (20000, 32767);
 my %RESERVED;    # port -> its lock file, open
-sub free_port {
+sub free_port {  # (free_port(udp => 1), as stream tests ask: every port is free for both)
     my $dir = File::Spec->catdir(File::Spec->tmpdir, 'rltest-ports');
     mkdir $dir, 0777;
     for (1 .. 1000) {
