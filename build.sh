@@ -58,7 +58,7 @@ test_deps() {
     # openssl and IO::Socket::SSL: the TLS tests make their PKI and talk to Redis over TLS;
     # fail2ban (fail2ban-regex): t/75-fail2ban.t runs the example filter over a real error log;
     # python3-grpcio: t/82-settle.t's gRPC upstream and client (t/lib/grpc_tokens.py);
-    # chromium: t/90-dashboard-page.t drives the dashboard in it (headless, t/lib/cdp_page.py);
+    # chromium: t/55-dashboard-page.t drives the dashboard in it (headless, t/lib/cdp_page.py);
     # lua5.1 (luac5.1): the Lua's files parse as the Lua 5.1 Redis runs (tests/lua_source_test.cpp);
     # libnginx-mod-stream: Debian's stream module, which the stream tests load before theirs.
     ensure_packages libnginx-mod-stream:/usr/lib/nginx/modules/ngx_stream_module.so cmake:cmake libgtest-dev:/usr/include/gtest/gtest.h \
