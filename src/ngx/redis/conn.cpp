@@ -307,7 +307,7 @@ void ready(rl_conn_t* conn) {
 void on_tls_done(ngx_connection_t* c) noexcept {
     auto* conn = static_cast<rl_conn_t*>(c->data);
     if (c->write->timer_set) ngx_del_timer(c->write);
-    char why[sizeof(conn->last_error) + 64];
+    char why[sizeof(conn->last_error) + 2 * rl::kLogTextCap + 64];  // (rl_tls_check names two names)
     if (!rl_tls_handshaked(c)) {
         bool timed_out = c->read->timedout || c->write->timedout;
         if (timed_out) {
@@ -405,7 +405,9 @@ bool take_replies(rl_conn_t* conn, ngx_connection_t* c) {
         rl_metrics_round_trip(conn->shared->metrics, op->sent_ns);
         ngx_log_debug4(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: reply type %d%s",
                        &conn->shared->name, &conn->addr.name, reply->type, op->data ? "" : " (abandoned)");
+        conn->delivering = 1;
         if (op->data != nullptr) op->done(op, reply);
+        conn->delivering = 0;
         op_free(conn->shared, op);
         if (conn->c != c) return false;  // the handshake's check failed the connection
         arena_reset(conn, false);
@@ -508,6 +510,8 @@ void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const ch
     conn->too_large = 0;
     conn->state = RL_CONN_BACKOFF;  // so that nothing the ops' owners do now is taken
     // Fail what was in flight: each owner applies on_error now rather than at its timeout.
+    unsigned delivering = conn->delivering;  // (a reply's callback may fail its own connection)
+    conn->delivering = 1;
     while (!ngx_queue_empty(&conn->inflight)) {
         ngx_queue_t* q = ngx_queue_head(&conn->inflight);
         ngx_queue_remove(q);
@@ -518,6 +522,7 @@ void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const ch
     rl_metrics_in_flight(shared->metrics, -static_cast<ngx_int_t>(conn->ninflight));
     conn->ninflight = 0;
     shared->failed(conn);
+    conn->delivering = delivering;
     if (!ngx_exiting && !ngx_quit && !ngx_terminate) {
         ngx_add_timer(&conn->retry, conn->backoff);
         conn->backoff = conn->backoff * 2 > kBackoffMax ? kBackoffMax : conn->backoff * 2;
@@ -686,5 +691,18 @@ void rl_conn_close(rl_conn_t* conn) noexcept {
     rl_tls_forget(conn);
     if (conn->c == nullptr) return;
     close_socket(conn);
+    conn->state = RL_CONN_DOWN;
+}
+
+void rl_conn_free(rl_conn_t* conn) noexcept {
+    rl_conn_close(conn);
+    if (conn->reader != nullptr) {
+        redisReaderFree(conn->reader);
+        conn->reader = nullptr;
+    }
+    arena_reset(conn, true);
+    ngx_free(conn->out);
+    conn->out = nullptr;
+    conn->out_len = conn->out_sent = conn->out_cap = 0;
     conn->state = RL_CONN_DOWN;
 }

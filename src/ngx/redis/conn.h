@@ -92,6 +92,7 @@ struct rl_conn_t {
     u_char addr_text[NGX_SOCKADDR_STRLEN];
     unsigned flushing:1;         // in the flush: what is queued now is written by it
     unsigned too_large:1;        // the reply being read went past the bounds
+    unsigned delivering:1;       // handing a reply (or a failure) to its ops: not to be freed under them
 };
 
 // `addr` may have no sockaddr yet (a Sentinel's master, a name to resolve): the connection then
@@ -109,6 +110,9 @@ rl_conn_op_t* rl_conn_send(rl_conn_t* conn, const u_char* cmd, size_t len, rl_co
 void rl_conn_schedule_flush(rl_conn_t* conn) noexcept;
 // Closes it at worker exit: what is still in flight gets no reply (nor callback).
 void rl_conn_close(rl_conn_t* conn) noexcept;
+// Closes an idle connection for good and frees what it holds (its buffers, its reader, its TLS
+// session): the struct may be initialized again (rl_conn_init).
+void rl_conn_free(rl_conn_t* conn) noexcept;
 
 // Logs a Redis error at most once per second per ratelimit_redis (and worker), with the number
 // of errors not logged since. Bytes that came from Redis go through rl::log_text first.

@@ -71,13 +71,19 @@ void on_master(rl_conn_op_t* op, redisReply* reply) noexcept {
         }
     }
     if (len == 0) {
-        char text[rl::kLogTextCap];
-        size_t n = reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STRING
-                       ? rl::log_text(reply->str, reply->len, text, sizeof(text))
-                       : 0;
+        // What it said: an error, or the host and port it gave (the Sentinel's bytes, escaped).
+        bool pair = reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+                    reply->element[0]->type == REDIS_REPLY_STRING && reply->element[1]->type == REDIS_REPLY_STRING;
+        std::string_view said = reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STRING
+                                    ? std::string_view(reply->str, reply->len)
+                                : pair ? std::string_view(reply->element[0]->str, reply->element[0]->len)
+                                       : std::string_view();
+        rl::LogText text(said);
+        rl::LogText port_text(pair ? std::string_view(reply->element[1]->str, reply->element[1]->len) : std::string_view());
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": sentinel at %V gave no usable address for "
-                           "master \"%V\" (reply type %d) %*s", &redis->name, &at, &redis->sentinel, reply->type, n,
-                           text);
+                           "master \"%V\" (reply type %d): %s%*s%s%*s%s", &redis->name, &at, &redis->sentinel,
+                           reply->type, pair ? "host \"" : "", text.len, text.text, pair ? "\" port \"" : "",
+                           port_text.len, port_text.text, pair ? "\"" : "");
         next_sentinel(st);
         return;
     }
