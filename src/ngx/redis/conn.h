@@ -42,6 +42,7 @@ enum rl_conn_state_e {
 // callbacks, recycled ops and the rate limit of their error log.
 struct rl_conn_shared_t {
     ngx_str_t name;              // the ratelimit_redis, for the log
+    const char* role;            // what the servers are, for the log (": sentinel"), or nullptr
     ngx_log_t* log;
     ngx_msec_t timeout;          // a command unanswered for longer (and 1 s) means a dead connection
     ngx_msec_t connect_timeout;

@@ -169,6 +169,19 @@ bool rl_tls_check(rl_conn_t* conn, char* why, size_t size) noexcept {
     return match;
 }
 
+size_t rl_tls_alert(ngx_connection_t* c, char* out, size_t cap) noexcept {
+    if (c == nullptr || c->ssl == nullptr) return 0;
+    // A write that met the reset the server sent after its alert: the alert is read now.
+    u_char buf[512];
+    ERR_clear_error();
+    int n = SSL_read(c->ssl->connection, buf, sizeof(buf));
+    unsigned long e = n > 0 ? 0 : ERR_peek_last_error();
+    ERR_clear_error();
+    const char* reason = e != 0 ? ERR_reason_error_string(e) : nullptr;
+    if (reason == nullptr || ngx_strstr(reason, "alert") == nullptr) return 0;
+    return rl::log_text(reason, ngx_strlen(reason), out, cap);
+}
+
 void rl_tls_close(ngx_connection_t* c) noexcept {
     if (c->ssl == nullptr) return;
     c->ssl->no_wait_shutdown = 1;
@@ -190,6 +203,7 @@ ngx_int_t rl_tls_connect(rl_conn_t*, ngx_connection_handler_pt) noexcept { retur
 bool rl_tls_handshaked(ngx_connection_t*) noexcept { return false; }
 bool rl_tls_reused(ngx_connection_t*) noexcept { return false; }
 bool rl_tls_check(rl_conn_t*, char*, size_t) noexcept { return false; }
+size_t rl_tls_alert(ngx_connection_t*, char*, size_t) noexcept { return 0; }
 void rl_tls_close(ngx_connection_t*) noexcept {}
 void rl_tls_forget(rl_conn_t*) noexcept {}
 
