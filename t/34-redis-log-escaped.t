@@ -67,7 +67,7 @@ my $n = start_nginx(<<"EOF2");
     ratelimit_redis ask cluster ${\ $ask->addr } $tmo;
     ratelimit_redis sen sentinel=mymaster ${\ $sen->addr } $tmo;
     ratelimit_redis dns "$dns_name:6379" resolve $tmo;
-    ratelimit_redis ta  cluster ${\ $ta->addr } ssl ssl_trusted_certificate=$ca timeout=200ms connect_timeout=2s;
+    ratelimit_redis ta  cluster ${\ $ta->addr } ssl ssl_trusted_certificate=$ca timeout=200ms connect_timeout=5s;
     ratelimit_redis bdn 127.0.0.1:${\ $bad_dns->port } ssl ssl_trusted_certificate=$ca $tmo;
     ratelimit_redis bcn 127.0.0.1:${\ $bad_cn->port } ssl ssl_trusted_certificate=$ca $tmo;
     ratelimit_zone zmv  key=\$arg_k requests=5 period=1h redis=mv;
@@ -91,7 +91,7 @@ my %want = (
     bcn => qr/ratelimit redis "bcn" at 127\.0\.0\.1:\d+: certificate does not match "127\.0\.0\.1" \(it names CN=x\\x0a1999\/01\/01 00:00:00 \[emerg\] 1#1: FORGED by a certificate\\x1b\[31m\)/,
 );
 for my $name (sort keys %want) {
-    my $deadline = time + 5;
+    my $deadline = time + 10;    # (a wait: the TLS node's path takes two handshakes)
     my $line;
     while (!defined($line = $n->wait_log($want{$name}, 0.2)) && time < $deadline) {
         $n->get("/$name?k=" . fresh_key()) if $name eq 'mv' || $name eq 'ask';

@@ -30,6 +30,8 @@ struct rl_cluster_t {
     unsigned asking_map:1;   // a CLUSTER SLOTS is in flight
     unsigned soon:1;         // a refresh is wanted before the periodic one
     unsigned full:1;         // at the cap with nothing to drop, until the next map or refresh
+    time_t capped_logged;    // an answer left out ranges: said once a second (connection errors
+                             // of the nodes it named must not hide it)
 };
 
 rl_cluster_t* state_of(rl_redis_t* redis) { return static_cast<rl_cluster_t*>(redis->cluster_state); }
@@ -298,10 +300,11 @@ void on_map(rl_conn_op_t* op, redisReply* reply) noexcept {
     }
     drop_unnamed(redis);
     cl->soon = 0;
-    if (left_out > 0) {
-        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\" at %V: CLUSTER SLOTS names more slots or nodes "
-                           "than there can be (%ui nodes kept at most): %uz ranges left out, their keys go to a known "
-                           "node", &redis->name, &op->conn->addr.name, cl->cap, left_out);
+    if (left_out > 0 && cl->capped_logged != ngx_time()) {
+        cl->capped_logged = ngx_time();
+        ngx_log_error(NGX_LOG_ERR, redis->conn.log, 0, "ratelimit redis \"%V\" at %V: CLUSTER SLOTS names more slots "
+                      "or nodes than there can be (%ui nodes kept at most): %uz ranges left out, their keys go to a "
+                      "known node", &redis->name, &op->conn->addr.name, cl->cap, left_out);
     }
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, redis->conn.log, 0, "ratelimit redis \"%V\" at %V: slot map of %uz ranges, %ui nodes",
                    &redis->name, &op->conn->addr.name, reply->elements, cl->live);
