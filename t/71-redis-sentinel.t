@@ -210,9 +210,9 @@ EOF3
       or diag(join "\n", grep { /nomaster/ } split /\n/, $bad->error_log);
     is(join(',', grep { $_ ne '503 ERROR' } @$r), '', '... on_error deny applies');
 
-    ($r, $slowest, $logged) = $poll_log->('/unreach', qr/ratelimit redis "unreach" at 127\.0\.0\.1:$free1: connect failed.*Connection refused/);
+    ($r, $slowest, $logged) = $poll_log->('/unreach', qr/ratelimit redis "unreach": sentinel at 127\.0\.0\.1:$free1: connect failed.*Connection refused/);
     ok($logged, "every Sentinel unreachable: the first one's connect error is logged");
-    my ($r2, $slowest2, $logged2) = $poll_log->('/unreach', qr/ratelimit redis "unreach" at 127\.0\.0\.1:$free2: connect failed.*Connection refused/);
+    my ($r2, $slowest2, $logged2) = $poll_log->('/unreach', qr/ratelimit redis "unreach": sentinel at 127\.0\.0\.1:$free2: connect failed.*Connection refused/);
     ok($logged2, "... and the second one's")
       or diag(join "\n", grep { /unreach/ } split /\n/, $bad->error_log);
     is(join(',', grep { $_ ne '503 ERROR' } @$r, @$r2), '', '... on_error deny applies');

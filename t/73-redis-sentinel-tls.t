@@ -190,7 +190,7 @@ EOF3
     # (c) the TLS Sentinels without "ssl": the plain-text handshake hits a TLS port.
     my $sa = join '|', map { quotemeta $_->addr } $s->sentinels;
     ($r, $slowest, $logged) = $poll_log->('/nossl',
-        qr/ratelimit redis "nossl" at (?:$sa): (?:read failed|connection closed by Redis) before any reply \(a TLS port\? then add "ssl"\)/);
+        qr/ratelimit redis "nossl": sentinel at (?:$sa): (?:read failed|connection closed by Redis) before any reply \(a TLS port\? then add "ssl"\)/);
     ok($logged, 'TLS Sentinels without "ssl": the log says "a TLS port? then add "ssl""')
       or diag(join "\n", grep { /"nossl"/ } split /\n/, $bad->error_log);
     is(join(',', grep { $_ ne '503 ERROR' } @$r), '', '... on_error deny applies (503)');

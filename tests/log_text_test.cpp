@@ -35,4 +35,12 @@ TEST(LogText, ForgedLogLineStaysOnOneLine) {
     EXPECT_NE(out.find("\\x0a2026/01/01"), std::string::npos);
 }
 
+TEST(LogText, OwnBufferForOneLogCall) {
+    rl::LogText t(std::string_view("host\x1b[2J\x00\xff", 10));
+    EXPECT_EQ(std::string(t.text, t.len), "host\\x1b[2J\\x00\\xff");
+    rl::LogText cut(std::string(1000, '\n'));
+    EXPECT_EQ(cut.len, rl::kLogTextCap - 1);  // 63 escapes and the ellipsis: never more than the buffer
+    EXPECT_EQ(std::string(cut.text + cut.len - 3, 3), "...");
+}
+
 }  // namespace

@@ -26,6 +26,8 @@ package RLTest;
 #               $pki->redis_tls(...) is the tls => {...} of start_redis/start_redis_cluster.
 #               Not exported: `RLTest::TLS->new` after `use RLTest;`
 #   Proxy       start_proxy: a misbehaving Redis in front of a real one (see its header)
+#   FakeRedis   a scripted Redis (a hostile Cluster node, Sentinel or TLS server), `use
+#               RLTest::FakeRedis qw(start_fake_redis ...);` (see its header)
 #   Sentinel    start_sentinel_set: a master, replicas and Sentinels; sentinel_addrs, master,
 #               master_addr, kill_master, wait_switch, extra_sentinel (a lone Sentinel naming
 #               any server, e.g. a replica, as a master); tls => {...}: servers, replication

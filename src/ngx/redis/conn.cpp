@@ -132,6 +132,9 @@ void free_object(void*) {}  // the arena is reset as a whole
 redisReplyObjectFunctions kArenaReplies = {create_string, create_array, create_integer, create_nil, free_object};
 
 void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const char* why) noexcept;
+void io_failed(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const char* what);
+
+const char* role_of(const rl_conn_shared_t* shared) { return shared->role != nullptr ? shared->role : ""; }
 
 // What nginx logs about the connection (a failed connect, OpenSSL's reason for a failed
 // handshake, read or write) is kept, not written: conn_fail reports it, rate limited. Alerts
@@ -153,8 +156,8 @@ void keep_error(ngx_log_t* log, ngx_uint_t level, u_char* buf, size_t len) {
     conn->last_error_len = rl::log_text(reinterpret_cast<char*>(p), static_cast<size_t>(end - p),
                                         reinterpret_cast<char*>(conn->last_error), sizeof(conn->last_error));
     if (level <= NGX_LOG_ALERT) {
-        ngx_log_error(level, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: %*s", &conn->shared->name,
-                      &conn->addr.name, conn->last_error_len, conn->last_error);
+        ngx_log_error(level, conn->shared->log, 0, "ratelimit redis \"%V\"%s at %V: %*s", &conn->shared->name,
+                      role_of(conn->shared), &conn->addr.name, conn->last_error_len, conn->last_error);
     }
 }
 
@@ -260,7 +263,7 @@ bool write_some(rl_conn_t* conn, const u_char* buf, size_t* sent, size_t len) {
         ssize_t n = c->send(c, const_cast<u_char*>(buf) + *sent, len - *sent);
         if (n == NGX_AGAIN) break;
         if (n == NGX_ERROR || n <= 0) {
-            conn_fail(conn, lost(conn), ngx_socket_errno, "write failed");
+            io_failed(conn, lost(conn), ngx_socket_errno, "write failed");
             return false;
         }
         *sent += static_cast<size_t>(n);
@@ -307,7 +310,7 @@ void ready(rl_conn_t* conn) {
 void on_tls_done(ngx_connection_t* c) noexcept {
     auto* conn = static_cast<rl_conn_t*>(c->data);
     if (c->write->timer_set) ngx_del_timer(c->write);
-    char why[sizeof(conn->last_error) + 64];
+    char why[sizeof(conn->last_error) + 2 * rl::kLogTextCap + 64];  // (rl_tls_check names two names)
     if (!rl_tls_handshaked(c)) {
         bool timed_out = c->read->timedout || c->write->timedout;
         if (timed_out) {
@@ -405,7 +408,9 @@ bool take_replies(rl_conn_t* conn, ngx_connection_t* c) {
         rl_metrics_round_trip(conn->shared->metrics, op->sent_ns);
         ngx_log_debug4(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: reply type %d%s",
                        &conn->shared->name, &conn->addr.name, reply->type, op->data ? "" : " (abandoned)");
+        conn->delivering = 1;
         if (op->data != nullptr) op->done(op, reply);
+        conn->delivering = 0;
         op_free(conn->shared, op);
         if (conn->c != c) return false;  // the handshake's check failed the connection
         arena_reset(conn, false);
@@ -440,7 +445,7 @@ void on_read(ngx_event_t* rev) noexcept {
             const char* what = conn->state == RL_CONN_CONNECTING ? "connect failed"
                                : nothing_yet ? "read failed before any reply (a TLS port? then add \"ssl\")"
                                              : "read failed";
-            conn_fail(conn, lost(conn), ngx_socket_errno, what);
+            io_failed(conn, lost(conn), ngx_socket_errno, what);
             return;
         }
         if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(buf), static_cast<size_t>(n)) != REDIS_OK) {
@@ -486,8 +491,10 @@ void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const ch
     rl_conn_shared_t* shared = conn->shared;
     rl_metrics_redis_error(shared->metrics, reason);
     if (why != nullptr) {
-        rl_redis_log_error(shared, err, "ratelimit redis \"%V\" at %V: %s", &shared->name, &conn->addr.name, why);
+        rl_redis_log_error(shared, err, "ratelimit redis \"%V\"%s at %V: %s", &shared->name, role_of(shared),
+                           &conn->addr.name, why);
     }
+    conn->last_error_len = 0;  // said (or not worth saying): the next failure has its own
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, shared->log, 0, "ratelimit redis \"%V\" at %V: connection closed",
                    &shared->name, &conn->addr.name);
     close_socket(conn);
@@ -508,6 +515,8 @@ void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const ch
     conn->too_large = 0;
     conn->state = RL_CONN_BACKOFF;  // so that nothing the ops' owners do now is taken
     // Fail what was in flight: each owner applies on_error now rather than at its timeout.
+    unsigned delivering = conn->delivering;  // (a reply's callback may fail its own connection)
+    conn->delivering = 1;
     while (!ngx_queue_empty(&conn->inflight)) {
         ngx_queue_t* q = ngx_queue_head(&conn->inflight);
         ngx_queue_remove(q);
@@ -518,10 +527,31 @@ void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const ch
     rl_metrics_in_flight(shared->metrics, -static_cast<ngx_int_t>(conn->ninflight));
     conn->ninflight = 0;
     shared->failed(conn);
+    conn->delivering = delivering;
     if (!ngx_exiting && !ngx_quit && !ngx_terminate) {
         ngx_add_timer(&conn->retry, conn->backoff);
         conn->backoff = conn->backoff * 2 > kBackoffMax ? kBackoffMax : conn->backoff * 2;
     }
+}
+
+// A read or a write failed: over TLS, OpenSSL's reason as nginx logged it, and the alert the
+// server sent (such as "certificate required") if it came before the reset a write met; else
+// the system's error.
+void io_failed(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const char* what) {
+    if (conn->shared->ssl == nullptr || conn->state != RL_CONN_READY || conn->last_error_len == 0) {
+        conn_fail(conn, reason, err, what);
+        return;
+    }
+    std::string_view said(reinterpret_cast<char*>(conn->last_error), conn->last_error_len);
+    char alert[96];
+    size_t n = said.find("alert") == std::string_view::npos ? rl_tls_alert(conn->c, alert, sizeof(alert)) : 0;
+    bool no_cert = said.find("alert certificate required") != std::string_view::npos ||
+                   std::string_view(alert, n).find("alert certificate required") != std::string_view::npos;
+    char why[sizeof(conn->last_error) + sizeof(alert) + 160];
+    snprintf(why, sizeof(why), "%s: %.*s%s%.*s%s", what, static_cast<int>(said.size()), said.data(),
+             n > 0 ? ", the server sent: " : "", static_cast<int>(n), alert,
+             no_cert ? " (the server wants a client certificate: ssl_certificate= and ssl_certificate_key=)" : "");
+    conn_fail(conn, reason, 0, why);
 }
 
 void conn_open(rl_conn_t* conn) {
@@ -686,5 +716,18 @@ void rl_conn_close(rl_conn_t* conn) noexcept {
     rl_tls_forget(conn);
     if (conn->c == nullptr) return;
     close_socket(conn);
+    conn->state = RL_CONN_DOWN;
+}
+
+void rl_conn_free(rl_conn_t* conn) noexcept {
+    rl_conn_close(conn);
+    if (conn->reader != nullptr) {
+        redisReaderFree(conn->reader);
+        conn->reader = nullptr;
+    }
+    arena_reset(conn, true);
+    ngx_free(conn->out);
+    conn->out = nullptr;
+    conn->out_len = conn->out_sent = conn->out_cap = 0;
     conn->state = RL_CONN_DOWN;
 }

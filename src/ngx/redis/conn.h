@@ -42,6 +42,7 @@ enum rl_conn_state_e {
 // callbacks, recycled ops and the rate limit of their error log.
 struct rl_conn_shared_t {
     ngx_str_t name;              // the ratelimit_redis, for the log
+    const char* role;            // what the servers are, for the log (": sentinel"), or nullptr
     ngx_log_t* log;
     ngx_msec_t timeout;          // a command unanswered for longer (and 1 s) means a dead connection
     ngx_msec_t connect_timeout;
@@ -92,6 +93,7 @@ struct rl_conn_t {
     u_char addr_text[NGX_SOCKADDR_STRLEN];
     unsigned flushing:1;         // in the flush: what is queued now is written by it
     unsigned too_large:1;        // the reply being read went past the bounds
+    unsigned delivering:1;       // handing a reply (or a failure) to its ops: not to be freed under them
 };
 
 // `addr` may have no sockaddr yet (a Sentinel's master, a name to resolve): the connection then
@@ -109,6 +111,9 @@ rl_conn_op_t* rl_conn_send(rl_conn_t* conn, const u_char* cmd, size_t len, rl_co
 void rl_conn_schedule_flush(rl_conn_t* conn) noexcept;
 // Closes it at worker exit: what is still in flight gets no reply (nor callback).
 void rl_conn_close(rl_conn_t* conn) noexcept;
+// Closes an idle connection for good and frees what it holds (its buffers, its reader, its TLS
+// session): the struct may be initialized again (rl_conn_init).
+void rl_conn_free(rl_conn_t* conn) noexcept;
 
 // Logs a Redis error at most once per second per ratelimit_redis (and worker), with the number
 // of errors not logged since. Bytes that came from Redis go through rl::log_text first.

@@ -19,18 +19,37 @@ void code_loaded(rl_conn_op_t* op, redisReply* reply) noexcept {
 
 }  // namespace
 
-rl_redis_node_t* rl_node_add(rl_redis_t* redis, const ngx_addr_t& addr) noexcept {
-    rl_redis_node_t** slot = redis->nodes.push(redis->conn.log);
-    auto* node = slot ? static_cast<rl_redis_node_t*>(ngx_calloc(sizeof(rl_redis_node_t), redis->conn.log)) : nullptr;
-    if (node == nullptr) {
-        if (slot != nullptr) redis->nodes.n--;
-        return nullptr;
+rl_redis_node_t* rl_node_add(rl_redis_t* redis, const ngx_addr_t& addr, rl_redis_node_t* reuse) noexcept {
+    rl_redis_node_t* node = reuse;
+    ngx_uint_t index = reuse != nullptr ? reuse->index : redis->nodes.n;
+    if (node != nullptr) {
+        ngx_memzero(node, sizeof(rl_redis_node_t));
+    } else {
+        rl_redis_node_t** slot = redis->nodes.push(redis->conn.log);
+        node = slot ? static_cast<rl_redis_node_t*>(ngx_calloc(sizeof(rl_redis_node_t), redis->conn.log)) : nullptr;
+        if (node == nullptr) {
+            if (slot != nullptr) redis->nodes.n--;
+            return nullptr;
+        }
+        *slot = node;
     }
-    *slot = node;
     node->redis = redis;
+    node->index = index;
     ngx_queue_init(&node->queued);
     rl_conn_init(&node->conn, &redis->conn, addr, node);
     return node;
+}
+
+bool rl_node_idle(const rl_redis_node_t* node) noexcept {
+    return ngx_queue_empty(&node->conn.inflight) && node->nqueued == 0 && node->batches == 0 && !node->reloading &&
+           !node->conn.delivering;
+}
+
+void rl_node_retire(rl_redis_node_t* node) noexcept {
+    rl_conn_free(&node->conn);
+    node->conn.addr.sockaddr = nullptr;  // takes nothing (rl_conn_usable)
+    ngx_str_set(&node->conn.addr.name, "(dropped node)");
+    node->retired = 1;
 }
 
 void rl_node_failed(rl_redis_node_t* node) noexcept {

@@ -12,16 +12,26 @@
 struct rl_redis_node_t {
     rl_conn_t conn;
     rl_redis_t* redis;
+    ngx_uint_t index;      // in redis->nodes (an entry never moves)
     ngx_queue_t queued;    // the request path's calls waiting for the end of the loop turn (stores/redis_request.cpp)
     ngx_uint_t nqueued;
     ngx_uint_t batches;    // the request path's script runs in flight (stores/redis_request.cpp)
     unsigned reloading:1;  // a FUNCTION LOAD or SCRIPT LOAD is in flight after the code went missing
     unsigned scripts:1;    // the server took no FUNCTION LOAD (before Redis 7): EVALSHA instead
+    unsigned retired:1;    // dropped from a cluster's map (rl_node_retire): takes nothing
+    u_char name[254];      // a cluster node's TLS name as it announced it (conn.tls_name), if any
 };
 
 // A new server of the ratelimit_redis (its address, its connection not yet up); nullptr
-// without memory.
-rl_redis_node_t* rl_node_add(rl_redis_t* redis, const ngx_addr_t& addr) noexcept;
+// without memory. `reuse`: a retired node whose entry (and memory) it takes over.
+rl_redis_node_t* rl_node_add(rl_redis_t* redis, const ngx_addr_t& addr, rl_redis_node_t* reuse = nullptr) noexcept;
+// Whether nothing is in flight or waiting on the node, nor one of its replies being handled (the
+// reply lives in its connection's memory): it can be retired.
+bool rl_node_idle(const rl_redis_node_t* node) noexcept;
+// Drops an idle node: its connection closed and what it holds freed. The entry stays where it
+// is (so a pointer to it kept anywhere stays valid: it takes nothing, and later serves another
+// node) until rl_node_add reuses it.
+void rl_node_retire(rl_redis_node_t* node) noexcept;
 // The connection failed (after its owner failed what it had queued).
 void rl_node_failed(rl_redis_node_t* node) noexcept;
 // How the node runs the Lua, as its handshake found out.

@@ -2,6 +2,7 @@
 // timer; the answer that still holds the current address keeps it, another one moves it.
 #include "ngx/redis/resolve.h"
 
+#include "core/text/log_text.h"
 #include "ngx/base/timer.h"
 
 namespace {
@@ -30,8 +31,9 @@ void on_resolved(ngx_resolver_ctx_t* ctx) noexcept {
     w->asking = nullptr;
     rl_redis_t* redis = w->redis;
     if (ctx->state != NGX_OK || ctx->naddrs == 0) {
-        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": could not resolve \"%V\" (%i: %s), %s",
-                           &redis->name, &w->host, ctx->state, ngx_resolver_strerror(ctx->state),
+        rl::LogText host(w->host.data, w->host.len);
+        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": could not resolve \"%*s\" (%i: %s), %s",
+                           &redis->name, host.len, host.text, ctx->state, ngx_resolver_strerror(ctx->state),
                            w->conn->addr.sockaddr ? "keeping the last address" : "no address yet");
         ngx_resolve_name_done(ctx);
         return;
@@ -55,10 +57,17 @@ void on_resolved(ngx_resolver_ctx_t* ctx) noexcept {
     ngx_inet_set_port(&sa.sockaddr, w->port);
     ngx_resolve_name_done(ctx);
     if (rl_conn_set_addr(w->conn, &sa.sockaddr, len)) {
-        ngx_log_error(NGX_LOG_NOTICE, redis->conn.log, 0, "ratelimit redis \"%V\": \"%V\" is now at %V", &redis->name,
-                      &w->host, &w->conn->addr.name);
+        rl::LogText host(w->host.data, w->host.len);
+        ngx_log_error(NGX_LOG_NOTICE, redis->conn.log, 0, "ratelimit redis \"%V\": \"%*s\" is now at %V",
+                      &redis->name, host.len, host.text, &w->conn->addr.name);
         rl_conn_usable(w->conn);  // connect now rather than on the first request
     }
+}
+
+void cannot_resolve(rl_watch_t* w) {
+    rl::LogText host(w->host.data, w->host.len);
+    rl_redis_log_error(&w->redis->conn, 0, "ratelimit redis \"%V\": cannot resolve \"%*s\"", &w->redis->name,
+                       host.len, host.text);
 }
 
 void ask(rl_watch_t* w) {
@@ -66,8 +75,7 @@ void ask(rl_watch_t* w) {
     w->asked_at = ngx_current_msec;
     ngx_resolver_ctx_t* ctx = ngx_resolve_start(w->redis->resolver, nullptr);
     if (ctx == nullptr || ctx == NGX_NO_RESOLVER) {
-        rl_redis_log_error(&w->redis->conn, 0, "ratelimit redis \"%V\": cannot resolve \"%V\"", &w->redis->name,
-                           &w->host);
+        cannot_resolve(w);
         return;
     }
     ctx->name = w->host;
@@ -78,8 +86,7 @@ void ask(rl_watch_t* w) {
     w->asking = ctx;
     if (ngx_resolve_name(ctx) != NGX_OK) {  // the context is freed by the resolver
         w->asking = nullptr;
-        rl_redis_log_error(&w->redis->conn, 0, "ratelimit redis \"%V\": cannot resolve \"%V\"", &w->redis->name,
-                           &w->host);
+        cannot_resolve(w);
     }
 }
 

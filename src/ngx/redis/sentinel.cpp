@@ -23,6 +23,7 @@ struct rl_sentinel_t {
     ngx_str_t ask_cmd;        // SENTINEL get-master-addr-by-name MASTER
     ngx_event_t timer;
     ngx_msec_t asked_at;
+    ngx_uint_t failed;        // asks in a row no Sentinel answered
     u_char master_host[NGX_SOCKADDR_STRLEN];
     unsigned asking:1;
 };
@@ -33,6 +34,25 @@ void ask(rl_sentinel_t* st);
 
 void next_sentinel(rl_sentinel_t* st) { st->current = (st->current + 1) % st->nconns; }
 
+// An ask no Sentinel answered (`tried` of them down, backing off or failing): once each has
+// had its chance, the log says that no Sentinel answers, and what that leaves.
+void unanswered(rl_sentinel_t* st, ngx_uint_t tried) {
+    rl_redis_t* redis = st->redis;
+    st->failed += tried;
+    if (st->failed < st->nconns) return;
+    st->failed = 0;
+    rl_redis_node_t* master = redis->nodes.elts[0];
+    if (master->conn.addr.sockaddr == nullptr) {
+        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": no Sentinel answered (%ui configured): the "
+                           "master \"%V\" is not known yet, on_error applies", &redis->name, st->nconns,
+                           &redis->sentinel);
+    } else {
+        rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": no Sentinel answered (%ui configured): the "
+                           "master \"%V\" is still taken to be at %V", &redis->name, st->nconns, &redis->sentinel,
+                           &master->conn.addr.name);
+    }
+}
+
 // [ip, port], or nil when the Sentinel does not know the master.
 void on_master(rl_conn_op_t* op, redisReply* reply) noexcept {
     auto* st = static_cast<rl_sentinel_t*>(op->data);
@@ -40,8 +60,10 @@ void on_master(rl_conn_op_t* op, redisReply* reply) noexcept {
     st->asking = 0;
     if (reply == nullptr) {  // that Sentinel is gone: the next one, soon
         next_sentinel(st);
+        unanswered(st, 1);
         return;
     }
+    st->failed = 0;
     const ngx_str_t& at = op->conn->addr.name;
     if (reply->type == REDIS_REPLY_NIL || (reply->type == REDIS_REPLY_ARRAY && reply->elements == 0)) {
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": sentinel at %V knows no master \"%V\"",
@@ -71,13 +93,19 @@ void on_master(rl_conn_op_t* op, redisReply* reply) noexcept {
         }
     }
     if (len == 0) {
-        char text[rl::kLogTextCap];
-        size_t n = reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STRING
-                       ? rl::log_text(reply->str, reply->len, text, sizeof(text))
-                       : 0;
+        // What it said: an error, or the host and port it gave (the Sentinel's bytes, escaped).
+        bool pair = reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+                    reply->element[0]->type == REDIS_REPLY_STRING && reply->element[1]->type == REDIS_REPLY_STRING;
+        std::string_view said = reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STRING
+                                    ? std::string_view(reply->str, reply->len)
+                                : pair ? std::string_view(reply->element[0]->str, reply->element[0]->len)
+                                       : std::string_view();
+        rl::LogText text(said);
+        rl::LogText port_text(pair ? std::string_view(reply->element[1]->str, reply->element[1]->len) : std::string_view());
         rl_redis_log_error(&redis->conn, 0, "ratelimit redis \"%V\": sentinel at %V gave no usable address for "
-                           "master \"%V\" (reply type %d) %*s", &redis->name, &at, &redis->sentinel, reply->type, n,
-                           text);
+                           "master \"%V\" (reply type %d): %s%*s%s%*s%s", &redis->name, &at, &redis->sentinel,
+                           reply->type, pair ? "host \"" : "", text.len, text.text, pair ? "\" port \"" : "",
+                           port_text.len, port_text.text, pair ? "\"" : "");
         next_sentinel(st);
         return;
     }
@@ -104,6 +132,7 @@ void ask(rl_sentinel_t* st) {
         }
         next_sentinel(st);  // down or backing off: the next one
     }
+    unanswered(st, st->nconns);
 }
 
 void on_timer(ngx_event_t* ev) noexcept {
@@ -174,6 +203,7 @@ bool rl_sentinel_init(rl_redis_t* redis) noexcept {
     st->redis = redis;
     rl_conn_shared_t& shared = st->shared;
     shared = redis->conn;  // the same name, log, timeouts, TLS and metrics
+    shared.role = ": sentinel";  // its lines say whose address failed
     shared.handshake_reply = check_handshake;
     shared.fill = fill_nothing;
     shared.failed = sentinel_failed;

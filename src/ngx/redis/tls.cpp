@@ -3,6 +3,8 @@
 // with its reason rather than as a failed handshake.
 #include "ngx/redis/tls.h"
 
+#include "core/text/log_text.h"
+
 #include <cstdio>
 
 #if (NGX_SSL)
@@ -30,6 +32,47 @@ void save_session(ngx_connection_t* c) {
 }
 
 void free_ctx(void* data) { ngx_ssl_cleanup_ctx(data); }
+
+// What a certificate names (its DNS and IP subject alternative names, else its common name),
+// as the log may show it: the server's bytes made safe, "..." past `cap`. Its length.
+size_t cert_names(X509* cert, char* out, size_t cap) {
+    size_t o = 0;
+    auto add = [&](const char* kind, const void* p, size_t n) {
+        size_t k = ngx_strlen(kind);
+        if (o + k + 2 + 4 > cap) return;
+        if (o > 0) {
+            out[o++] = ',';
+            out[o++] = ' ';
+        }
+        ngx_memcpy(out + o, kind, k);
+        o += k;
+        o += rl::log_text(p, n, out + o, cap - o);
+    };
+    auto* sans = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+    for (int i = 0; sans != nullptr && i < sk_GENERAL_NAME_num(sans); i++) {
+        const GENERAL_NAME* g = sk_GENERAL_NAME_value(sans, i);
+        if (g->type == GEN_DNS) {
+            add("DNS:", ASN1_STRING_get0_data(g->d.dNSName), static_cast<size_t>(ASN1_STRING_length(g->d.dNSName)));
+        } else if (g->type == GEN_IPADD) {
+            int len = ASN1_STRING_length(g->d.iPAddress);
+            char ip[INET6_ADDRSTRLEN] = "";
+            if (len == 4 || len == 16) {
+                inet_ntop(len == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(g->d.iPAddress), ip, sizeof(ip));
+            }
+            add("IP:", ip, ngx_strlen(ip));
+        }
+    }
+    bool had_sans = sans != nullptr;
+    GENERAL_NAMES_free(sans);
+    if (had_sans) return o;
+    X509_NAME* subject = X509_get_subject_name(cert);
+    int at = subject != nullptr ? X509_NAME_get_index_by_NID(subject, NID_commonName, -1) : -1;
+    if (at >= 0) {
+        const ASN1_STRING* cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, at));
+        add("CN=", ASN1_STRING_get0_data(cn), static_cast<size_t>(ASN1_STRING_length(cn)));
+    }
+    return o;
+}
 
 }  // namespace
 
@@ -102,23 +145,41 @@ bool rl_tls_check(rl_conn_t* conn, char* why, size_t size) noexcept {
         return false;
     }
     const ngx_str_t& name = conn->tls_name;
+    X509* cert = SSL_get_peer_certificate(ssl);
     bool match;
     if (is_address(name)) {
-        X509* cert = SSL_get_peer_certificate(ssl);
         u_char text[NGX_SOCKADDR_STRLEN];
         ngx_memcpy(text, name.data, name.len);
         text[name.len] = '\0';
         match = cert != nullptr && X509_check_ip_asc(cert, reinterpret_cast<char*>(text), 0) == 1;
-        if (cert != nullptr) X509_free(cert);
     } else {
         ngx_str_t n = name;
         match = ngx_ssl_check_host(conn->c, &n) == NGX_OK;
     }
     if (!match) {
-        snprintf(why, size, "certificate does not match \"%.*s\"", static_cast<int>(name.len), name.data);
-        return false;
+        // The name may be the one a cluster node announced, and the certificate's names are
+        // the server's: both reach the log escaped.
+        rl::LogText wanted(name.data, name.len);
+        char names[rl::kLogTextCap];
+        size_t n = cert != nullptr ? cert_names(cert, names, sizeof(names)) : 0;
+        snprintf(why, size, "certificate does not match \"%.*s\" (it names %.*s)", static_cast<int>(wanted.len),
+                 wanted.text, static_cast<int>(n), n > 0 ? names : "nothing");
     }
-    return true;
+    if (cert != nullptr) X509_free(cert);
+    return match;
+}
+
+size_t rl_tls_alert(ngx_connection_t* c, char* out, size_t cap) noexcept {
+    if (c == nullptr || c->ssl == nullptr) return 0;
+    // A write that met the reset the server sent after its alert: the alert is read now.
+    u_char buf[512];
+    ERR_clear_error();
+    int n = SSL_read(c->ssl->connection, buf, sizeof(buf));
+    unsigned long e = n > 0 ? 0 : ERR_peek_last_error();
+    ERR_clear_error();
+    const char* reason = e != 0 ? ERR_reason_error_string(e) : nullptr;
+    if (reason == nullptr || ngx_strstr(reason, "alert") == nullptr) return 0;
+    return rl::log_text(reason, ngx_strlen(reason), out, cap);
 }
 
 void rl_tls_close(ngx_connection_t* c) noexcept {
@@ -142,6 +203,7 @@ ngx_int_t rl_tls_connect(rl_conn_t*, ngx_connection_handler_pt) noexcept { retur
 bool rl_tls_handshaked(ngx_connection_t*) noexcept { return false; }
 bool rl_tls_reused(ngx_connection_t*) noexcept { return false; }
 bool rl_tls_check(rl_conn_t*, char*, size_t) noexcept { return false; }
+size_t rl_tls_alert(ngx_connection_t*, char*, size_t) noexcept { return 0; }
 void rl_tls_close(ngx_connection_t*) noexcept {}
 void rl_tls_forget(rl_conn_t*) noexcept {}
 

@@ -29,6 +29,9 @@ bool rl_tls_reused(ngx_connection_t* c) noexcept;
 // Once the handshake is done: whether the certificate is trusted and names conn->tls_name
 // (unless verification is off). False with the reason in `why`.
 bool rl_tls_check(rl_conn_t* conn, char* why, size_t size) noexcept;
+// After a read or a write failed: the alert the server sent, if one is still waiting unread
+// (OpenSSL's name for it, made safe for the log), into `out`; its length, 0 if none.
+size_t rl_tls_alert(ngx_connection_t* c, char* out, size_t cap) noexcept;
 // Frees the TLS state of a connection about to be closed, without waiting for the peer.
 void rl_tls_close(ngx_connection_t* c) noexcept;
 // Forgets the kept session (the server changed, or the connection goes away).

@@ -1,10 +1,10 @@
 // A sync zone's batches: the keys of a round (or of one loop turn's lease asks) sent as script
 // calls, per node and, in a cluster, per slot; each reply checked against what the policy
 // allows and applied to the keys under the zone's lock (core/reconcile/sync_reply.h). A call whose reply
-// is lost or refused is sent again with its id, for kRlSyncResendFor at most: the script
-// replays the reply of a call that ran, so it is applied once. A call that cannot be sent, or
-// still fails after that, puts its keys back: a reply lost for longer after Redis applied the
-// call counts its delta once more.
+// is lost or refused is sent again with its id (once its connection is back), for
+// kRlSyncResendFor at most: the script replays the reply of a call that ran, so it is applied
+// once. A call that cannot be sent at all, or still fails after that, puts its keys back: a
+// reply lost for longer after Redis applied the call counts its delta once more.
 #include "ngx/sync/engine.h"
 
 #include "core/wire/redis_keys.h"
@@ -330,9 +330,16 @@ void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
 
 void call_resend(ngx_event_t* ev) noexcept {
     auto* call = static_cast<rl_sync_call_t*>(ev->data);
+    rl_redis_t* redis = call->batch->zs->redis;
     call->resends++;
     call->tries = 0;
+    // The slot's owner as the map says now: the node may have left the map since.
+    if (redis->cluster) call->node = rl_cluster_route(redis, call->slot);
     if (send_call(call, false)) return;
+    // The connection that lost the reply is not back yet (backing off): the call waits for it
+    // with its id while the script remembers it. Its keys going again under a new id would
+    // have Redis count their units twice.
+    if (call_again(call)) return;
     rl_sync_log_failure(call->batch->zs, nullptr, "not sent again: Redis unavailable (its keys go again in the next round)",
                         nullptr);
     call_failed(call);

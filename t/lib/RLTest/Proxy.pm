@@ -29,10 +29,12 @@ package RLTest::Proxy;
 #                          (one integer more: a count off by one)
 #     sync_lose            relay everything; each sync call's reply (Redis ran it) is replaced by
 #                          an error reply: a reply lost after Redis applied the call
+#     sync_close           relay everything; each sync call's reply (Redis ran it) is thrown away
+#                          and its connection closed: the reply lost with the connection
 #     settle_drop [n]      relay everything; the replies to the next n (default 1) settle calls
 #                          (modes "charge" and "refund" of the script) are thrown away once Redis
 #                          ran them, and their connection is closed, then back to pass by itself
-#   $p->rewritten           sync replies rewritten or lost so far
+#   $p->rewritten           sync replies rewritten, lost or closed on so far
 #   $p->settles             "<ran> <dropped>": settle calls Redis answered (through the proxy)
 #                          and the replies of those thrown away, so far
 #   $p->accepted            connections accepted so far
@@ -180,7 +182,7 @@ sub _serve {
     $listen->blocking(0);
     my ($mode, $arg) = ('pass', '');
     my $accepted = 0;
-    our %SYNC = (left => 0, spec => '', zone => '', done => 0, lose => 0);
+    our %SYNC = (left => 0, spec => '', zone => '', done => 0, lose => 0, close => 0);
     our %SETTLE = (drop => 0, ran => 0, dropped => 0);
     my %conns;    # fileno of the client socket -> connection
     my $ctl_buf = '';
@@ -218,8 +220,9 @@ sub _serve {
                     elsif ($cmd eq 'mode') {
                         $mode = $a[0];
                         $arg = pack('H*', $a[1] // '');
-                        $reply = "unknown mode" unless $mode =~ /^(pass|silent|truncate|corrupt|drip|huge_bulk|huge_array|error|reset|sync_rewrite|sync_lose|settle_drop)$/;
+                        $reply = "unknown mode" unless $mode =~ /^(pass|silent|truncate|corrupt|drip|huge_bulk|huge_array|error|reset|sync_rewrite|sync_lose|sync_close|settle_drop)$/;
                         $SYNC{lose} = $mode eq 'sync_lose' ? 1 : 0;
+                        $SYNC{close} = $mode eq 'sync_close' ? 1 : 0;
                         $SETTLE{drop} = $mode eq 'settle_drop' ? ($arg || 1) : 0;
                         if ($mode eq 'sync_rewrite') {
                             my ($spec, $n, $zone) = split / /, $arg;
@@ -422,6 +425,11 @@ sub _from_upstream {
         }
         if ($kind =~ /^sync:(.*)/) {
             my $keys = $1;
+            if ($SYNC{close}) {
+                $SYNC{done}++;
+                _flush_and_close($c, $conns);    # this reply and any after it lost
+                return;
+            }
             if ($SYNC{lose}) {
                 $reply = "-ERR ratelimit test proxy: reply lost\r\n";
                 $SYNC{done}++;
