@@ -12,7 +12,10 @@ use FindBin;
 use lib "$FindBin::Bin/lib";
 use RLTest;
 use RLTest::Backend qw(start_backend);
-use RLTest::Util qw(temp_dir);
+use RLTest::StreamClient qw(tcp_outcome tcp_open udp_once udp_socket);
+use RLTest::TcpBackend;
+use RLTest::UdpBackend;
+use RLTest::Util qw(temp_dir stream_module_so wait_until);
 use Test::More;
 
 my $F2B = (grep { -x } map { "$_/fail2ban-regex" } split(/:/, $ENV{PATH} // ''), '/usr/bin')[0];
@@ -215,4 +218,62 @@ SKIP: {
 }
 
 $n->stop;
+
+# stream{}: the filter matches the rejections of connections (limit_req's shape, nginx's stream
+# context before the client), with mode=aggressive those of in-flight zones and the lines of
+# dropped datagrams; never the dry run's. The stream module's lines of a real nginx.
+SKIP: {
+    skip 'no stream module built (build/ngx_stream_ratelimit_module.so)', 7 unless -f stream_module_so();
+    my $tb = RLTest::TcpBackend->start;
+    my $ub = RLTest::UdpBackend->start(replies => 0);
+    my ($tba, $uba) = ($tb->addr, $ub->addr);
+    my $s = start_nginx(undef, nports => 5, stream => <<"EOF2");
+    ratelimit_zone sr key=\$binary_remote_addr rate=1r/m;
+    ratelimit_zone sd key=\$binary_remote_addr rate=1r/m;
+    ratelimit_zone sc key=\$binary_remote_addr concurrency=1;
+    ratelimit_zone su key=\$binary_remote_addr rate=1r/m;
+    ratelimit_zone sg key=\$binary_remote_addr rate=1r/m;
+    server { listen 127.0.0.1:%%PORT%%;  ratelimit zone=sr; return "ok\\n"; }
+    server { listen 127.0.0.1:%%PORT1%%; ratelimit zone=sd; ratelimit_dry_run on; return "ok\\n"; }
+    server { listen 127.0.0.1:%%PORT2%%; ratelimit zone=sc; proxy_pass $tba; }
+    server { listen 127.0.0.1:%%PORT3%% udp; ratelimit zone=su; proxy_pass $uba; proxy_timeout 5s; }
+    server { listen 127.0.0.1:%%PORT4%% udp; ratelimit zone=sg at=datagram; proxy_pass $uba; proxy_timeout 5s; }
+EOF2
+    my @p = $s->ports;
+    tcp_outcome($p[0]) for 1 .. 3;                 # 1 passes, 2 rejected
+    tcp_outcome($p[1]) for 1 .. 3;                 # dry run: 2 would be
+    my $held = tcp_open($p[2]);                    # holds sc's slot
+    $tb->wait_for(sub { $_[0]{open} >= 1 });
+    tcp_outcome($p[2]);                            # rejected: no slot
+    udp_once($p[3], "s$_") for 1 .. 3;             # 3 sessions from fresh ports: 1 passes, 2 rejected
+    my $u = udp_socket($p[4]);
+    $u->send("g$_") for 1 .. 4;                    # one session: 1 passes, 3 dropped
+    $ub->settled(2);
+    my $want = sub { my ($re) = @_; scalar(() = $s->error_log =~ /$re/g) };
+    my $rate = $want->(qr/\] \d+#\d+: \*\d+ limiting connections, excess: [\d.]+ by zone "(?:sr|su)"/);
+    my $conn = $want->(qr/\] \d+#\d+: \*\d+ limiting connections by zone "sc"/);
+    my $dgrams = wait_until(sub { $want->(qr/\] \d+#\d+: \*\d+ limiting datagrams by zone "sg"/) }, 5);
+    is("$rate $conn " . ($dgrams ? 'some' : 'none'), '4 1 some',
+       'stream: the log has 4 rejections of connections and sessions, 1 of an in-flight zone, a line of dropped datagrams');
+    like($s->error_log, qr/limiting connections, dry run, excess: [^\n]*by zone "sd"/, 'stream: the dry run\'s line');
+    my $count = sub {
+        my ($flt) = @_;
+        my ($rc, $out) = run_cmd(60, $F2B, '-o', '<ip> | <msg>', $s->error_log_file, $flt);
+        return undef if $rc != 0;
+        my @m = grep { m{^\S+ \| \d{4}/} } split /\n/, $out;
+        return \@m;
+    };
+    my $m = $count->($filter) // [];
+    is(scalar @$m, $rate, "stream: the filter matches the $rate rejections of connections and sessions");
+    ok(!grep({ !/^127\.0\.0\.1 \| / } @$m), 'stream: with the client\'s address, TCP and UDP (udp client:)');
+    ok(!grep({ /dry run|datagrams|by zone "sc"/ } @$m), 'stream: nothing else (dry run, in-flight, datagrams)');
+    $m = $count->("$filter\[mode=aggressive\]") // [];
+    is(scalar @$m, $rate + $conn + $dgrams, 'stream, mode=aggressive: also the in-flight rejection and the datagrams\' lines');
+    ok(!grep({ /dry run/ } @$m), 'stream, mode=aggressive: not the dry run');
+    close $held if $held;
+    $s->stop;
+    $tb->stop;
+    $ub->stop;
+}
+
 done_testing;
