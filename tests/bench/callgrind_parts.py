@@ -89,7 +89,7 @@ REDIS = [
     ("Lua: garbage collector", r":(luaC_\w+|singlestep|propagatemark|propagateall|sweeplist|sweepwholelist|"
                                r"markroot|atomic|traverse\w+|reallymarkobject|freeobj|luaE_freethread|"
                                r"cleartable|markmt|checkSizes|GCTM|luaF_freeproto|luaF_freeclosure|"
-                               r"luaH_free|luaS_freeall|remarkupvals|marktmu|luaM_realloc_|l_alloc)$"),
+                               r"luaH_free|luaS_freeall|remarkupvals|marktmu)$"),
     ("Lua: tables", r":(luaH_\w+|rehash|resize|numusearray|numusehash|setnodevector|countint|"
                     r"computesizes|mainposition|getfreepos|newkey|luaO_rawequalObj|arrayindex|"
                     r"hashnum|unbound_search)$"),
@@ -103,7 +103,9 @@ REDIS = [
 ]
 
 # Helpers of every part: their cost is their callers'.
-LIBS = r"/(libc|ld-linux|libstdc\+\+|libgcc_s|libm|libjemalloc)[.-]"
+# (a function of no known object, or known only by its address in Redis: a PLT stub, a stripped
+# helper, is its caller's work too)
+LIBS = r"/(libc|ld-linux|libstdc\+\+|libgcc_s|libm|libjemalloc)[.-]|^\?\?\?:"
 TRANSPARENT = {
     "nginx": LIBS + r"|:ngx_(palloc|pnalloc|pcalloc|palloc_small|palloc_large|alloc|calloc|memalign|pfree|"
                     r"cpystrn|vslprintf|sprintf|snprintf|slprintf|sprintf_num|atoi|hextoi|strlow|"
@@ -112,7 +114,7 @@ TRANSPARENT = {
                     r"sds\w+|_sds\w+|createObject|createStringObject|createRawStringObject|"
                     r"createEmbeddedStringObject|decrRefCount|incrRefCount|freeStringObject|"
                     r"ll2string|ull2string|string2l|memtest\w*|listAddNode\w*|listDelNode|listRelease|"
-                    r"listCreate|listEmpty)$",
+                    r"listCreate|listEmpty|luaM_realloc_|luaM_growaux_|l_alloc|0x[0-9a-f]+)$",
 }
 RULES = {"nginx": NGINX, "redis": REDIS}
 NAME = re.compile(r"^(\w+)=\((\d+)\)(?: (.*))?$")
@@ -143,7 +145,7 @@ def parse(path):
                 kind, key, text = m.groups()
                 table = names["ob" if kind in ("ob", "cob") else "fn"]
                 if text is not None:
-                    table[key] = text
+                    table[key] = re.sub(r"'\d+$", "", text)  # callgrind's recursion depth: the same function
                 text = table.get(key, "?")
                 if kind == "ob":
                     ob = cob = text

@@ -165,8 +165,11 @@ P_ALL_SET = [(SET_LOOP, "    for key, r in pairs(TTL) do\n      local e = S[key]
 # key's state kept as numbers and written once, the reply's values as production's. READ: how
 # the states come: GET per distinct key ("get") or one MGET of the batch's keys ("mget").
 # COMPACT: the reply's values per check as 2 (allowed: remaining * 4 + code, reset) or 3
-# (rejected: and retry) integers instead of 4.
-def lean(read, compact):
+# (rejected: and retry) integers instead of 4. SETRANGE: a key whose expiry (kept in the state's
+# third double, which gcra does not use) already covers the new state is written in place
+# (SETRANGE of its first 16 bytes: the TTL stays), else SET ... PX twice the TTL needed (so that
+# a key used steadily is seldom SET).
+def lean(read, compact, setrange=False):
     fetch = {"get": "        local v = pget('GET', key)\n",
              "mget": "        local v = got[i]\n"}[read]
     reply = ("      if code == 1 then\n        out[o + 1], out[o + 2] = rem * 4 + code, reset\n        o = o + 2\n"
@@ -185,7 +188,7 @@ def lean(read, compact):
       local cost = sunpack('<d', blob, 112 * i - 39)
       local st = S[key]
       if not st then
-""" + fetch + """        if v then st = {sunpack('<dd', v)} else st = {0, 0} end
+""" + fetch + """        if v then st = {sunpack('<ddd', v)} else st = {0, 0} end
         S[key] = st
       end
       local a, b = st[1], st[2]
@@ -229,11 +232,19 @@ def lean(read, compact):
       end
 """ + reply + """    end
     out[1] = admitted
-    for key, reset in pairs(W) do
+""" + ("""    for key, reset in pairs(W) do
+      local st = S[key]
+      if st[3] and st[3] >= now + reset then
+        call('SETRANGE', key, 0, spack('<dd', st[1], st[2]))
+      else
+        call('SET', key, spack('<ddd', st[1], st[2], now + 2 * reset + 1000), 'PX', fmt('%d', ttl_ms(2 * reset + 1000)))
+      end
+    end
+""" if setrange else """    for key, reset in pairs(W) do
       local st = S[key]
       call('SET', key, spack('<ddd', st[1], st[2], 0), 'PX', fmt('%d', ttl_ms(reset)))
     end
-    return out
+""") + """    return out
   end
 {old}""")]
 
@@ -249,9 +260,11 @@ PROTOS = [
     ("proto: lean", "a lean path for batches of gcra checks of one policy (header), decided inline, GET per distinct key",
      lean("get", False)),
     ("proto: lean + MGET", "the same, the batch's states read by one MGET", lean("mget", False)),
-    ("proto: lean, 2-3 values", "the lean path, its reply 2 integers per allowed check, 3 per rejected one",
+    ("proto: lean 2-3 values", "the lean path, its reply 2 integers per allowed check, 3 per rejected one",
      lean("get", True)),
-    ("proto: lean + MGET, 2-3 values", "the lean path with MGET and the compact reply", lean("mget", True)),
+    ("proto: lean + MGET 2-3 values", "the lean path with MGET and the compact reply", lean("mget", True)),
+    ("proto: lean + MGET 2-3 values SETRANGE", "the same, a key whose TTL covers its new state written in place "
+     "(SETRANGE), else SET ... PX twice the TTL needed", lean("mget", True, True)),
 ]
 
 
@@ -423,21 +436,20 @@ def main():
     for k, v in opts.items():
         cmd += [k, v]
     cmd += passed
-    for name, _, _, repls in PARTS:
+    def variant(name, repls):
+        """the library with those replacements, measured as NAME (unless --only leaves it out)"""
         if only is not None and not any(o in name for o in only):
-            continue
+            return False
         f = os.path.join(tmp, "v%d.lua" % len(cmd))
         with open(f, "w") as out:
             out.write(make_variant(text, repls, name))
-        cmd += ["--fcall", "%s=%s" % (name, f)]
-    if with_protos:
-        for name, _, repls in PROTOS:
-            if only is not None and not any(o in name for o in only):
-                continue
-            f = os.path.join(tmp, "v%d.lua" % len(cmd))
-            with open(f, "w") as out:
-                out.write(make_variant(text, repls, name))
-            cmd += ["--fcall", "%s=%s" % (name, f)]
+        cmd.extend(["--fcall", "%s=%s" % (name, f)])
+        return True
+
+    for name, _, _, repls in PARTS:
+        variant(name, repls)
+    for name, _, repls in PROTOS if with_protos else []:
+        if variant(name, repls):
             protos.append((name, None))
     for name, path in protos:
         if path is None:
@@ -461,6 +473,17 @@ def main():
         print("kept " + tmp, file=sys.stderr)
     else:
         subprocess.run(["rm", "-rf", tmp])
+
+
+def ways_table(loads, have, unit, cell):
+    """production, EVALSHA, Redis's own GET+SET and the floors measured (have): cell(workload, way)"""
+    print("| way | what | " + " | ".join("%s: %s" % (w, unit) for w in loads) + " |")
+    print("| --- | --- |" + " ---: |" * len(loads))
+    ref = [("FCALL", "production, as nginx calls it"), ("EVALSHA", "production, as EVAL (its closures built per call)"),
+           ("GET+SET", "no script: a GET and a SET ... PX per key, pipelined (Redis's own commands)")]
+    for way, what in ref + [(n, w) for n, w, k, _ in PARTS if k == "floor"]:
+        if way in have:
+            print("| %s | %s | %s |" % (way, what, " | ".join(cell(w, way) for w in loads)))
 
 
 def proto_table(protos, loads, value, unit, spec):
@@ -540,14 +563,8 @@ def grind_report(tmp, opts, protos, server):
     print("groups, run.sh's quotas: every check admitted; random keys among %s, all existing; %s checks per way):"
           % (opts["--keys-count"], opts["--checks"]))
     print()
-    print("| way | what | " + " | ".join("%s: Ir per check" % w for w in loads) + " |")
-    print("| --- | --- |" + " ---: |" * len(loads))
-    ref = [("FCALL", "production, as nginx calls it"), ("EVALSHA", "production, as EVAL (its closures built per call)"),
-           ("GET+SET", "no script: a GET and a SET ... PX per key, pipelined (Redis's own commands)")]
     have = {way for _, way in ir}
-    for way, what in ref + [(nm, w) for nm, w, k, _ in PARTS if k == "floor"]:
-        if way in have:
-            print("| %s | %s | %s |" % (way, what, " | ".join("%.0f" % ir[(w, way)] for w in loads)))
+    ways_table(loads, have, "Ir per check", lambda w, way: "%.0f" % ir[(w, way)])
     proto_table(protos, loads, lambda w, way: ir[(w, way)], "Ir", "%.0f")
     print()
     print("The parts of production's instructions per check (\"twice\": the variant's minus production's, \"without\":")
@@ -595,15 +612,9 @@ def report(rows, opts, protos, raw):
     print("and the commands it runs); cpu: Redis's main-thread CPU us per check (INFO cpu: parsing and network too);")
     print("in: of cmd, inside the commands the Lua ran; calls: those commands per check.")
     print()
-    print("| way | what | " + " | ".join("%s: cmd / cpu us per check, in, calls" % w for w in loads) + " |")
-    print("| --- | --- |" + " ---: |" * len(loads))
-    ref = [("FCALL", "production, as nginx calls it"), ("EVALSHA", "production, as EVAL (its closures built per call)"),
-           ("GET+SET", "no script: a GET and a SET ... PX per key, pipelined (Redis's own commands)")]
     have = {way for _, way in val}
-    for way, what in ref + [(n, w) for n, w, k, _ in PARTS if k == "floor" and n in have]:
-        print("| %s | %s | %s |" % (way, what, " | ".join(
-            "%.2f / %.2f, %.2f, %.2f" % (get(w, way), get(w, way, "cpu"), get(w, way, "in"), get(w, way, "calls"))
-            for w in loads)))
+    ways_table(loads, have, "cmd / cpu us per check, in, calls", lambda w, way: "%.2f / %.2f, %.2f, %.2f" % (
+        get(w, way), get(w, way, "cpu"), get(w, way, "in"), get(w, way, "calls")))
     proto_table(protos, loads, get, "cmd us", "%.2f")
     print()
     print("The parts of production's time per check (cmd, us; \"twice\": the variant's minus production's, \"without\":")
