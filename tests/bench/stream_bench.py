@@ -54,7 +54,9 @@ class S:
     QUIET_WAIT = B._int("QUIET_WAIT", 30)
     OTHER_MAX = B._int("OTHER_MAX", 15)
     RETRIES = B._int("RETRIES", 1)
-    MAX_TIME = B._int("MAX_TIME", 900)
+    MAX_TIME = B._int("MAX_TIME", 1800)
+    INSTR = B._env("INSTR", "1")
+    INSTR_SECS = B._int("INSTR_SECS", 2)
 
 
 # bench.py's helpers read their settings from its S
@@ -222,17 +224,18 @@ def certs():
     return {"rsa": (d + "/server.crt", d + "/server.key"), "ec": (d + "/ec.crt", d + "/ec.key")}
 
 
-def nginx_conf(d, sanity, crt):
+def nginx_conf(d, crt, sanity=False, single=False):
     """one nginx, one worker pinned to NGINX_CPU, a server per row. sanity: with an access log
-    (what each session's limit said) and short UDP sessions, to check the rows"""
+    (what each session's limit said) and short UDP sessions, to check the rows; single: one
+    process in the foreground, no master (under callgrind)"""
     out = ["load_module %s;" % S.STREAM_SO, "load_module %s/ngx_stream_ratelimit_module.so;" % St.tmp]
-    if os.getuid() == 0:
+    if os.getuid() == 0 and not single:
         out.append("user nobody nogroup;")
     out.append("""worker_processes 1;
 worker_cpu_affinity {mask};
 worker_rlimit_nofile 65536;
-daemon on;
-master_process on;
+daemon {on};
+master_process {on};
 pid {d}/nginx.pid;
 error_log {d}/error.log error;   # error: each rejection's line, unless a row lowers its level
 
@@ -240,7 +243,7 @@ events {{
     worker_connections 16384;
 }}
 
-stream {{""".format(d=d, mask="1" + "0" * S.NGINX_CPU))
+stream {{""".format(d=d, mask="1" + "0" * S.NGINX_CPU, on="off" if single else "on"))
     if sanity:
         out += ["    log_format sane '$server_port $status rl=$ratelimit_status lc=$limit_conn_status dropped=$ratelimit_dropped';",
                 "    access_log %s/sanity.log sane;" % d]
@@ -272,7 +275,7 @@ def start_nginx(sanity, crt):
     os.chmod(d, 0o777)
     conf = d + "/nginx.conf"
     with open(conf, "w") as f:
-        f.write(nginx_conf(d, sanity, crt))
+        f.write(nginx_conf(d, crt, sanity=sanity))
     args = [S.NGINX_BIN, "-p", d + "/", "-c", conf, "-e", d + "/error.log"]
     p = subprocess.run(args[:1] + ["-t", "-q"] + args[1:], capture_output=True, text=True)
     if p.returncode:
@@ -554,8 +557,9 @@ def measure_all():
                 B.wait_quiet()
                 raw = measure(r)
                 f = figures(r, raw)
+                raw["disturbed"] = f["other_pct"] > S.OTHER_MAX
                 say("[%d/%d] round %d %-20s %s" % (k, total, rnd, r.name, progress(f)))
-                if f["other_pct"] <= S.OTHER_MAX or B.since_start() >= S.MAX_TIME:
+                if not raw["disturbed"] or B.since_start() >= S.MAX_TIME:
                     break
                 if attempt < S.RETRIES:
                     say("   disturbed (other %.0f%% > %d%%): measuring again" % (f["other_pct"], S.OTHER_MAX))
@@ -565,27 +569,101 @@ def measure_all():
     return retried
 
 
+# ---------------------------------------------------------------- instructions
+def instructions(crt):
+    """user-space instructions per connection (session, datagram) of nginx under callgrind, for
+    the one-key rows: the module's own cost, which the kernel's (~30 us per TCP connection on
+    loopback) and the machine's noise hide in the figures above. One nginx process, collecting
+    inside its event loop; per row: a few connections to warm up, the counters zeroed, INSTR_SECS
+    seconds of the client (one connection or session in flight; the floods as above), dumped."""
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        say("== no valgrind: no instruction counts")
+        return {}
+    d = St.tmp + "/callgrind"
+    os.makedirs(d)
+    with open(d + "/nginx.conf", "w") as f:
+        f.write(nginx_conf(d, crt, single=True))
+    cmd = ["taskset", "-c", str(S.NGINX_CPU), "valgrind", "--tool=callgrind", "--callgrind-out-file=%s/cg.out" % d,
+           "--collect-atstart=no", "--toggle-collect=ngx_process_events_and_timers",
+           "--compress-strings=no", "--compress-pos=no",   # each dump readable alone
+           S.NGINX_BIN, "-p", d + "/", "-c", d + "/nginx.conf", "-e", d + "/error.log"]
+    vg = B.background(cmd, d + "/valgrind.log")
+    B.St.wrk = vg                        # stopped by bench.py's cleanup if this ends early
+    out = {}
+    try:
+        first = next(r for r in St.sel if r.proto == "tcp")
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", St.port[first.name]), 1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        for r in St.sel:
+            if r.keys != "one":
+                continue
+            warm = client(r, 5, count=5, inflight=1)
+            if warm["conns"] + warm["sent"] == 0:
+                die("callgrind: %s: no connection in warm-up" % r.name)
+            d0 = udp_drops(St.port[r.name]) if r.proto != "tcp" else 0
+            s0 = udp_drops(St.sink[r.name]) if r.proto == "dgram" else 0
+            subprocess.run(["callgrind_control", "-z", str(vg.pid)], capture_output=True)
+            c = client(r, S.INSTR_SECS, inflight=1 if r.proto in ("tcp", "udp") else None)
+            for f in os.listdir(d):
+                if f.startswith("cg.out."):
+                    os.unlink(os.path.join(d, f))
+            subprocess.run(["callgrind_control", "-d", str(vg.pid)], capture_output=True)
+            dumps = sorted((f for f in os.listdir(d) if f.startswith("cg.out.")), key=lambda f: os.path.getmtime(os.path.join(d, f)))
+            ir = 0
+            if dumps:
+                # kept as cg.ROW (KEEP=1): callgrind_annotate tells where the instructions went
+                dump = os.path.join(d, "cg." + r.name)
+                os.rename(os.path.join(d, dumps[-1]), dump)
+                m = re.search(r"^summary:\s*(\d+)", open(dump).read(), re.M)
+                ir = int(m.group(1)) if m else 0
+            raw = {"client": c, "hz": B.HZ, "span": c["wall"], "nginx_ticks": 0, "redis_ticks": 0, "busy_ticks": 0,
+                   "softirq_ticks": 0, "drops": (udp_drops(St.port[r.name]) - d0) if r.proto != "tcp" else 0,
+                   "sink_drops": (udp_drops(St.sink[r.name]) - s0) if r.proto == "dgram" else 0, "log_bytes": 0}
+            units = figures(r, raw)["units"]
+            out[r.name] = {"ir": ir, "units": units}
+            say("== callgrind %-20s %d Ir / %d = %s" % (r.name, ir, units, int(ir / units) if units else "-"))
+    finally:
+        vg.terminate()
+        try:
+            vg.wait(30)
+        except subprocess.TimeoutExpired:
+            vg.kill()
+        B.St.wrk = None
+    return out
+
+
 # ---------------------------------------------------------------- report
 def report(outdir, out=sys.stdout):
     meta = json.load(open(outdir + "/meta.json"))
     sel = [BY_NAME[n] for n in meta["selected"] if n in BY_NAME]
-    figs = {}
+    figs, disturbed = {}, 0
     for r in sel:
         for rnd in range(1, meta["settings"]["ROUNDS"] + 1):
             path = "%s/%s.%d.json" % (outdir, r.name, rnd)
             if os.path.exists(path):
-                figs.setdefault(r.name, []).append(figures(r, json.load(open(path))))
+                raw = json.load(open(path))
+                f = figures(r, raw)
+                f["disturbed"] = raw.get("disturbed", f["other_pct"] > meta["settings"]["OTHER_MAX"])
+                disturbed += f["disturbed"]
+                figs.setdefault(r.name, []).append(f)
 
     def p(line=""):
         print(line, file=out)
 
     def med(name, key):
-        return median(f[key] for f in figs.get(name, []))
+        """the median of the undisturbed runs (of all, if every run was disturbed)"""
+        runs = figs.get(name, [])
+        return median(f[key] for f in ([f for f in runs if not f["disturbed"]] or runs))
 
     def ratio(name, base, key):
-        """the median of the same-round ratios"""
-        a, b = figs.get(name, []), figs.get(base, [])
-        return median(x[key] / y[key] for x, y in zip(a, b) if x[key] and y[key])
+        """the median of the same-round ratios, of the rounds in which neither was disturbed (if any)"""
+        pairs = [(x, y) for x, y in zip(figs.get(name, []), figs.get(base, [])) if x[key] and y[key]]
+        pairs = [(x, y) for x, y in pairs if not x["disturbed"] and not y["disturbed"]] or pairs
+        return median(x[key] / y[key] for x, y in pairs)
 
     s = meta["settings"]
     p("## stream{}: connections, sessions and datagrams per second (tests/bench/stream.sh)")
@@ -599,9 +677,10 @@ def report(outdir, out=sys.stdout):
     if meta.get("filled"):
         p()
         p("Filled: " + "; ".join(meta["filled"]) + ".")
-    if meta.get("retried"):
+    if meta.get("retried") or disturbed:
         p()
-        p("%d run(s) measured again (other work > %d%% of a CPU)." % (meta["retried"], s["OTHER_MAX"]))
+        p("%d run(s) measured again (other work > %d%% of a CPU); %d disturbed run(s) kept all the same, left out "
+          "of the medians and ratios where the row has undisturbed ones." % (meta.get("retried", 0), s["OTHER_MAX"], disturbed))
     p()
     p("| row | what | keys | per s | nginx CPU | nginx µs each | per nginx CPU s | client CPU | client µs each | "
       "admitted | rejected | vs | per s ratio | per CPU s ratio |")
@@ -618,19 +697,43 @@ def report(outdir, out=sys.stdout):
             fmt("%.0f", med(r.name, "admitted")), fmt("%.0f", med(r.name, "rejected")), base or "-",
             fmt("%.2fx", ratio(r.name, base, "rate")) if base else "-",
             fmt("%.2fx", ratio(r.name, base, "per_cpu_s")) if base else "-"))
+    ins = meta.get("instructions") or {}
+
+    def per(name):
+        v = ins.get(name)
+        return v["ir"] / v["units"] if v and v["units"] else None
+
+    def verdict(v, minimum):
+        return "-" if v is None else "%.2fx: %s" % (v, "met" if v >= minimum else "**not met**")
+
     targets = [t for t in TARGETS if t[1] in figs and t[2] in figs]
     if targets:
         p()
-        p("Targets (issue 31), on connections (sessions, datagrams) per second and per nginx CPU second:")
+        p("Targets (issue 31), on connections (sessions, datagrams) per second, per nginx CPU second%s:"
+          % (", and per user-space instruction (callgrind, below)" if ins else ""))
         p()
-        p("| target | per s | per nginx CPU s |")
-        p("| --- | ---: | ---: |")
+        p("| target | per s | per nginx CPU s |%s" % (" user-space instructions (the kernel left out: no verdict) |" if ins else ""))
+        p("| --- | ---: | ---: |%s" % (" ---: |" if ins else ""))
     for label, name, base, minimum in targets:
-        cells = []
-        for key in ("rate", "per_cpu_s"):
-            v = ratio(name, base, key)
-            cells.append("-" if v is None else "%.2fx: %s" % (v, "met" if v >= minimum else "**not met**"))
-        p("| %s | %s | %s |" % (label, cells[0], cells[1]))
+        cells = [verdict(ratio(name, base, key), minimum) for key in ("rate", "per_cpu_s")]
+        if ins:
+            a, b = per(name), per(base)
+            cells.append("%.2fx" % (b / a) if a and b else "-")
+        p("| %s |" % label + "".join(" %s |" % c for c in cells))
+    if ins:
+        p()
+        p("User-space instructions of nginx per connection (session, datagram) under callgrind, one key "
+          "(nginx, the module, libc: not the kernel), %ds per row, one connection or session in flight:" % s.get("INSTR_SECS", 0))
+        p()
+        p("| row | Ir each | vs | theirs | difference | ratio (theirs / row's) |")
+        p("| --- | ---: | --- | ---: | ---: | ---: |")
+        for r in sel:
+            a = per(r.name)
+            if a is None:
+                continue
+            b = per(r.base) if r.base else None
+            p("| %s | %.0f | %s | %s | %s | %s |" % (r.name, a, r.base if b else "-", fmt("%.0f", b),
+                                                      "%+.0f" % (a - b) if b else "-", "%.3fx" % (b / a) if b else "-"))
     p()
     p("nginx CPU: the worker's user + system time (/proc) over the run; µs each: that per connection, "
       "session or datagram handled; client CPU: stream_client's own. A row whose nginx CPU is well below "
@@ -651,6 +754,9 @@ def main():
         start_nginx(False, crt)
         St.meta["filled"] = fill() if S.FILL == "1" else []
         St.meta["retried"] = measure_all()
+        if S.INSTR == "1":
+            stop_nginx()
+            St.meta["instructions"] = instructions(crt)
         St.meta["repro"] = ("cd %s && DURATION=%d WARMUP=%d ROUNDS=%d ROWS='%s' CONNS=%d UDP_SOCKETS=%d KEYS=%d FILL=%s "
                             "FILL_MAX=%d REDIS_CPU='%s' tests/bench/stream.sh") % (
             ROOT, S.DURATION, S.WARMUP, S.ROUNDS, S.ROWS, S.CONNS, S.UDP_SOCKETS, S.KEYS, S.FILL, S.FILL_MAX, S.REDIS_CPU)
