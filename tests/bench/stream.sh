@@ -35,7 +35,10 @@
 #   QUIET_WAIT seconds at most to wait for idle CPUs before each measurement    (30)
 #   OTHER_MAX  % of a CPU taken by other work during a run above which it is redone  (15)
 #   RETRIES    how many times at most a disturbed run is redone                (1)
-#   MAX_TIME   seconds after which it stops waiting and redoing, and just measures  (900)
+#   MAX_TIME   seconds after which it stops waiting and redoing, and just measures  (1800)
+#   INSTR      1: then the one-key rows under callgrind (valgrind): nginx's user-space
+#              instructions per connection, session or datagram                 (1)
+#   INSTR_SECS seconds of the client per row under callgrind                    (2)
 #
 # Method: one nginx (worker_processes 1, pinned to NGINX_CPU, no access log, error log at
 # `error`) serves every row, each a stream server on its own 127.0.0.1 port; the client
@@ -53,9 +56,18 @@
 # proxied to a socket of the client (at=datagram); the datagrams nginx handled are those sent
 # less those the kernel dropped at its socket (/proc/net/udp). The nginx worker's CPU time is
 # read from /proc around each run and divided by the connections, sessions or datagrams it
-# handled; the client reports its own. Each row is first checked on an nginx of its own with an
-# access log ($ratelimit_status, $limit_conn_status, $ratelimit_dropped): the run stops if a row
-# does not do what it claims.
+# handled; the client reports its own. On loopback the kernel's side of a TCP connection costs
+# both ends ~30-60 us, so the client (one CPU) is usually the bottleneck and nginx idles: compare
+# the rows per nginx CPU second then. The module's own work (a few thousand instructions) is
+# within the noise of those figures: INSTR=1 counts it under callgrind (one nginx process, no
+# master, counting inside its event loop; per one-key row: a warm-up, counters zeroed,
+# INSTR_SECS seconds of the client with one connection or session in flight, dumped as
+# callgrind/cg.ROW, kept with KEEP=1 for callgrind_annotate). Each row is first checked on an
+# nginx of its own with an access log ($ratelimit_status, $limit_conn_status,
+# $ratelimit_dropped; a datagram limit that admits everything leaves no trace, so there it
+# drops what exceeds a burst of 9): the run stops if a row does not do what it claims.
+# A run whose "other" CPU (busy time of both CPUs not nginx's, the client's or Redis's; irq and
+# softirq apart) exceeds OTHER_MAX is redone; disturbed runs kept are left out of the medians.
 #
 # Files: stream_bench.py drives the run and prints the report (`python3
 # tests/bench/stream_bench.py --report DIR/out` prints a run kept with KEEP=1 again); it uses
