@@ -10,6 +10,7 @@
 #   ./build.sh asan       build build/asan/ngx_http_ratelimit_module.so with ASan+UBSan
 #   ./build.sh test-asan  run prove t/ against the sanitizer build
 #   ./build.sh bench      run tests/bench/run.sh, then tests/bench/instructions.sh (not tests)
+#   ./build.sh bench-stream  run tests/bench/stream.sh, the stream{} benchmark (not a test)
 #   ./build.sh stop       stop the nginx started by run
 #   ./build.sh deb        build build/libnginx-mod-{http,stream}-ratelimit_<version>_<arch>.deb, check them
 #                         with lintian
@@ -298,5 +299,7 @@ case "$cmd" in
         fi
         ;;
     bench) do_build; ensure_packages wrk:wrk valgrind:valgrind; "$ROOT/tests/bench/run.sh"; "$ROOT/tests/bench/instructions.sh" ;;
-    *) echo "usage: $0 [build|run|stop|test|test-upstream|unit|prove|asan|test-asan|bench|deb]" >&2; exit 2 ;;
+    bench-stream) do_build; ensure_packages libnginx-mod-stream:/usr/lib/nginx/modules/ngx_stream_module.so \
+        redis-server:redis-server redis-tools:redis-cli openssl:openssl; "$ROOT/tests/bench/stream.sh" ;;
+    *) echo "usage: $0 [build|run|stop|test|test-upstream|unit|prove|asan|test-asan|bench|bench-stream|deb]" >&2; exit 2 ;;
 esac
