@@ -168,7 +168,8 @@ upstream_tests() {
 # prove -I t/lib on the test files given, or on all of t/: first the files that may share the
 # machine, PROVE_JOBS at a time (default: CPUs + 1; each has its own ports, servers and
 # directories: t/lib), then the files marked "# runs alone:" (they measure time or load the
-# machine) one after the other. Both groups run whatever the first one's outcome.
+# machine) one after the other. Both groups run whatever the first one's outcome; --timer: each
+# file's time, to weigh what running them at once saves.
 prove_tests() {
     if (($#)); then prove -I t/lib "$@"; return; fi
     local shared=() alone=() f rc=0
@@ -176,8 +177,8 @@ prove_tests() {
         if grep -q '^# runs alone:' "$f"; then alone+=("$f"); else shared+=("$f"); fi
     done
     # (prove without files would run all of t/)
-    if ((${#shared[@]})); then prove -I t/lib -j "${PROVE_JOBS:-$((JOBS + 1))}" "${shared[@]}" || rc=$?; fi
-    if ((${#alone[@]})); then prove -I t/lib "${alone[@]}" || rc=$?; fi
+    if ((${#shared[@]})); then prove -I t/lib --timer -j "${PROVE_JOBS:-$((JOBS + 1))}" "${shared[@]}" || rc=$?; fi
+    if ((${#alone[@]})); then prove -I t/lib --timer "${alone[@]}" || rc=$?; fi
     return "$rc"
 }
 
