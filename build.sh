@@ -10,6 +10,7 @@
 #   ./build.sh asan       build build/asan/ngx_http_ratelimit_module.so with ASan+UBSan
 #   ./build.sh test-asan  run prove t/ against the sanitizer build
 #   ./build.sh bench      run tests/bench/run.sh, then tests/bench/instructions.sh (not tests)
+#   ./build.sh bench-stream  run tests/bench/stream.sh, the stream{} benchmark (not a test)
 #   ./build.sh stop       stop the nginx started by run
 #   ./build.sh deb        build build/libnginx-mod-{http,stream}-ratelimit_<version>_<arch>.deb, check them
 #                         with lintian
@@ -167,7 +168,8 @@ upstream_tests() {
 # prove -I t/lib on the test files given, or on all of t/: first the files that may share the
 # machine, PROVE_JOBS at a time (default: CPUs + 1; each has its own ports, servers and
 # directories: t/lib), then the files marked "# runs alone:" (they measure time or load the
-# machine) one after the other. Both groups run whatever the first one's outcome.
+# machine) one after the other. Both groups run whatever the first one's outcome; --timer: each
+# file's time, to weigh what running them at once saves.
 prove_tests() {
     if (($#)); then prove -I t/lib "$@"; return; fi
     local shared=() alone=() f rc=0
@@ -175,8 +177,8 @@ prove_tests() {
         if grep -q '^# runs alone:' "$f"; then alone+=("$f"); else shared+=("$f"); fi
     done
     # (prove without files would run all of t/)
-    if ((${#shared[@]})); then prove -I t/lib -j "${PROVE_JOBS:-$((JOBS + 1))}" "${shared[@]}" || rc=$?; fi
-    if ((${#alone[@]})); then prove -I t/lib "${alone[@]}" || rc=$?; fi
+    if ((${#shared[@]})); then prove -I t/lib --timer -j "${PROVE_JOBS:-$((JOBS + 1))}" "${shared[@]}" || rc=$?; fi
+    if ((${#alone[@]})); then prove -I t/lib --timer "${alone[@]}" || rc=$?; fi
     return "$rc"
 }
 
@@ -298,5 +300,7 @@ case "$cmd" in
         fi
         ;;
     bench) do_build; ensure_packages wrk:wrk valgrind:valgrind; "$ROOT/tests/bench/run.sh"; "$ROOT/tests/bench/instructions.sh" ;;
-    *) echo "usage: $0 [build|run|stop|test|test-upstream|unit|prove|asan|test-asan|bench|deb]" >&2; exit 2 ;;
+    bench-stream) do_build; ensure_packages libnginx-mod-stream:/usr/lib/nginx/modules/ngx_stream_module.so \
+        redis-server:redis-server redis-tools:redis-cli openssl:openssl; "$ROOT/tests/bench/stream.sh" ;;
+    *) echo "usage: $0 [build|run|stop|test|test-upstream|unit|prove|asan|test-asan|bench|bench-stream|deb]" >&2; exit 2 ;;
 esac

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True
 import cases as C  # noqa: E402
@@ -81,12 +82,13 @@ class S:
     RETRIES = _int("RETRIES", 2)
     QUIET_WAIT = _int("QUIET_WAIT", 60)
     MAX_TIME = _int("MAX_TIME", 2700)
+    METRICS = _env("METRICS", "1")
 
 
 START_TIME = time.time()
 REPRO = ("cd {root} && DURATION={s.DURATION} WARMUP={s.WARMUP} ROUNDS={s.ROUNDS} CONNS={s.CONNS} PIPELINE={s.PIPELINE} "
          "LAT_DURATION={s.LAT_DURATION} LAT_LOADED={s.LAT_LOADED} KEYS={s.KEYS} ZONE_SIZE={s.ZONE_SIZE} FILL={s.FILL} "
-         "CASES='{s.CASES}' REDIS_CPU='{s.REDIS_CPU}' REDIS_CLUSTER_CPU='{s.REDIS_CLUSTER_CPU}' NGINX_BIN={s.NGINX_BIN} "
+         "METRICS={s.METRICS} CASES='{s.CASES}' REDIS_CPU='{s.REDIS_CPU}' REDIS_CLUSTER_CPU='{s.REDIS_CLUSTER_CPU}' NGINX_BIN={s.NGINX_BIN} "
          "SO={s.SO} tests/bench/run.sh").format(root=ROOT, s=S)
 
 
@@ -108,6 +110,7 @@ class St:
     sel = []                     # the selected cases (cases.Case), in table order
     port = {}                    # case name -> its port
     ctl_ports = []               # the sanity controls' ports: limit_req's, the module's
+    metrics_port = {}            # workers -> the port of that nginx's ratelimit_metrics (METRICS=1)
     all_cpus = []
     meta = {}                    # what report.py needs besides the runs (meta.json)
 
@@ -208,6 +211,24 @@ def run(cmd, **kw):
         return subprocess.run(cmd, capture_output=True, text=True, **kw).stdout
     except OSError:
         return ""
+
+
+def module_redis_counts(workers, name):
+    """(script calls, checks) one ratelimit_redis has sent so far, from the module's metrics
+    (nginx_ratelimit_redis_calls_total, _checks_total of the nginx with that many workers);
+    (0, 0) without METRICS=1 or a name (sync zones count none: their calls are rounds)"""
+    port = St.metrics_port.get(workers)
+    if not port or not name:
+        return 0, 0
+    try:
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+    except OSError:
+        return 0, 0
+    out = []
+    for what in ("calls", "checks"):
+        m = re.search(r'^nginx_ratelimit_redis_%s_total\{redis="%s"\} (\d+)' % (what, re.escape(name)), text, re.M)
+        out.append(int(m.group(1)) if m else 0)
+    return tuple(out)
 
 
 def proc_ticks(pids):
@@ -466,20 +487,26 @@ def redis_addrs(srv):
     return " ".join("127.0.0.1:%d" % p for p in St.redis[srv]["ports"])
 
 
-CMDSTAT = re.compile(r"^cmdstat_([^:]+):calls=(\d+)", re.M)
-SCRIPT_CMDS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
+CMDSTAT = re.compile(r"^cmdstat_([^:]+):calls=(\d+),usec=(\d+)", re.M)
+SCRIPT_CMDS = report.SCRIPT_CMDS
+
+
+def redis_cmdtable(srv):
+    """the calls of each command the server's nodes have run, and the microseconds Redis spent
+    in each (INFO commandstats, summed over the nodes; the commands scripts and functions run
+    count too, and a script's time includes theirs), INFO itself left out (this script sends it)"""
+    calls, usec = {}, {}
+    for port in St.redis[srv]["ports"]:
+        for name, n, us in CMDSTAT.findall(redis_cli(port, "info", "commandstats")):
+            if name != "info":
+                calls[name] = calls.get(name, 0) + int(n)
+                usec[name] = usec.get(name, 0) + int(us)
+    return calls, usec
 
 
 def redis_cmdstats(srv):
-    """the calls of each command the server's nodes have run (INFO commandstats, summed over
-    the nodes; the commands scripts and functions run count too), INFO itself left out (this
-    script sends it)"""
-    out = {}
-    for port in St.redis[srv]["ports"]:
-        for name, n in CMDSTAT.findall(redis_cli(port, "info", "commandstats")):
-            if name != "info":
-                out[name] = out.get(name, 0) + int(n)
-    return out
+    """the calls of each command (redis_cmdtable)"""
+    return redis_cmdtable(srv)[0]
 
 
 def counts_of(stats):
@@ -580,6 +607,9 @@ def setup():
     ports = fresh_ports(len(St.sel) + 2)
     St.port = {c.name: p for c, p in zip(St.sel, ports)}
     St.ctl_ports = ports[len(St.sel):]
+    if S.METRICS == "1":
+        for w in sorted({1} | {c.workers for c in St.sel}):
+            St.metrics_port[w] = fresh_ports(1)[0]
 
     # the Redis servers the cases use, then the nginx instances: 1 (always: it serves the sanity
     # controls) and every other worker count
@@ -603,7 +633,7 @@ def setup():
         with open(conf, "w") as f:
             f.write(C.nginx_conf(w, St.sel, St.port, St.ctl_ports, d, St.tmp + "/ngx_http_ratelimit_module.so", S.ZONE_SIZE,
                                  mask, redis_addrs, os.getuid() == 0,
-                                 St.tls_dir + "/ca.crt" if St.tls_dir else ""))
+                                 St.tls_dir + "/ca.crt" if St.tls_dir else "", St.metrics_port.get(w, 0)))
         say("== starting nginx with %d worker(s) (%s)" % (w, conf))
         args = [S.NGINX_BIN, "-p", d + "/", "-c", conf, "-e", d + "/error.log"]
         if subprocess.run(args[:1] + ["-t", "-q"] + args[1:]).returncode != 0:
@@ -735,9 +765,10 @@ def measure(c, out):
     load_case(out + ".warmup", S.WARMUP, c)
     k0 = cm0 = k1 = cm1 = n0 = n1 = 0
     ic0 = ic1 = 0.0
-    cs0 = cs1 = {}
+    cs0 = cs1 = us0 = us1 = {}
+    mc0 = module_redis_counts(w, c.redis_name)
     if srv:
-        cs0 = redis_cmdstats(srv)
+        cs0, us0 = redis_cmdtable(srv)
         k0, cm0 = counts_of(cs0)
         ic0 = redis_info_cpu(srv)
         n0 = redis_conns(srv)
@@ -757,9 +788,10 @@ def measure(c, out):
             die("an nginx worker died during %s: %s" % (c.name, run(["tail", "-5", errlog])))
     if srv:
         n1 = redis_conns(srv)
-        cs1 = redis_cmdstats(srv)
+        cs1, us1 = redis_cmdtable(srv)
         k1, cm1 = counts_of(cs1)
         ic1 = redis_info_cpu(srv)
+    mc1 = module_redis_counts(w, c.redis_name)
     with open(errlog, "rb") as f:
         f.seek(e0)
         elog = sum(1 for line in f if ERROR_LINE.search(line))
@@ -777,6 +809,8 @@ def measure(c, out):
         "redis": srv, "redis_node_ticks": [y - x for x, y in zip(r0, r1)],
         "script_calls": k1 - k0, "commands": cm1 - cm0, "redis_info_cpu": ic1 - ic0,
         "cmdstats": {k: v - cs0.get(k, 0) for k, v in cs1.items() if v != cs0.get(k, 0)},
+        "cmdusec": {k: v - us0.get(k, 0) for k, v in us1.items() if v != us0.get(k, 0)},
+        "module_calls": mc1[0] - mc0[0], "module_checks": mc1[1] - mc0[1],
         "redis_tls": bool(srv) and St.redis[srv]["tls"], "redis_conns": n1 - n0,
     }
 

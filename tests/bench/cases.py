@@ -177,6 +177,12 @@ class Case:
                 "sync": "sync_" + self.zone}.get(self.store, "")
 
     @property
+    def redis_name(self):
+        """the name of its ratelimit_redis (the label of its counters in the module's metrics),
+        "" for a case without Redis"""
+        return "r_" + self.zone if self.redis else ""
+
+    @property
     def twin(self):
         """a TLS case's plain-TCP twin (the same case without tls), "" for others"""
         return dataclasses.replace(self, tls=False).name if self.tls else ""
@@ -225,8 +231,9 @@ class Case:
         # TLS: verified (ssl_verify is on by default) against the bench's CA, the name checked
         # being the address's host, 127.0.0.1, which the server certificate's SAN holds
         tls = " ssl ssl_trusted_certificate=%s" % ca if self.tls else ""
-        return ["ratelimit_redis r_%s %s%s%s timeout=100ms;" % (z, cluster, addrs, tls),
-                "ratelimit_zone rl_%s key=%s %s size=%s%s redis=r_%s;" % (z, key, quota, size, algo_arg(self.algo), z)]
+        return ["ratelimit_redis %s %s%s%s timeout=100ms;" % (self.redis_name, cluster, addrs, tls),
+                "ratelimit_zone rl_%s key=%s %s size=%s%s redis=%s;" % (z, key, quota, size, algo_arg(self.algo),
+                                                                        self.redis_name)]
 
     def location(self):
         """the body of the case's `location /`"""
@@ -390,12 +397,14 @@ CONTROL_LR = "1r/m"
 CONTROL_QUOTA = "requests=1 period=1h"
 
 
-def nginx_conf(workers, sel, ports, ctl_ports, d, so, zone_size, cpu_mask, addrs_of, root, ca=""):
+def nginx_conf(workers, sel, ports, ctl_ports, d, so, zone_size, cpu_mask, addrs_of, root, ca="", metrics_port=0):
     """the configuration of the nginx instance with that many workers: its cases (of sel), each
     on its own port (ports: name -> port) with one `location /`, and on the one-worker instance
     the two sanity controls (ctl_ports: limit_req's, the module's): the same snippets at a rate
     a second request exceeds, to prove both limiters act. addrs_of(server) -> its addresses;
-    ca: the CA file of the TLS servers."""
+    ca: the CA file of the TLS servers; metrics_port: a server with `ratelimit_metrics` there
+    (0: none), whose counters the Redis rows read (the checks and script calls each
+    ratelimit_redis sent)."""
     mine = [c for c in sel if c.workers == workers]
     out = ["load_module %s;" % so]
     if root:
@@ -448,6 +457,9 @@ http {{
         out.append("    server { listen 127.0.0.1:%d; server_name bench; location / {" % ctl_ports[1])
         indent(8, module_location("ctl"))
         out.append("    } }")
+    if metrics_port:
+        out.append("    server { listen 127.0.0.1:%d; server_name bench; location = /metrics { ratelimit_metrics; } }"
+                   % metrics_port)
     out.append("}")
     return "\n".join(out) + "\n"
 

@@ -19,20 +19,33 @@
 #                                            with a settle= in the configuration, every location runs
 #                                            the log phase's handler: compare its rows with those
 #                                            of a run without SETTLE=on
+#   PARTS=on tests/bench/instructions.sh     where the worker's instructions go (issue 33): plain,
+#                                            gcra in shared memory and in Redis split into parts
+#                                            (callgrind_parts.py: building the command, the
+#                                            connection's buffer and writes, reading, hiredis's
+#                                            parsing, decoding, nginx's timers and HTTP work), a
+#                                            table after the main one
+#   CONNS=50 PIPELINE=16 tests/bench/instructions.sh   the load of run.sh (wrk connections, requests
+#                                            per write: one-key.lua), so that a Redis call carries
+#                                            many requests (the script calls per request say how
+#                                            many); default one connection, one request at a time
 #
 # One nginx (one process, no master) runs under callgrind, collecting only inside its event
-# loop; for each location: a few requests to warm up, counters zeroed, REQUESTS requests from
-# wrk on one connection, counters dumped (and, with Redis, the commands it ran meanwhile). Every limit admits every request; one-key locations;
-# but the "rejected" rows (issue 32's top keys count each rejection): one key whose every
-# request is rejected after its first, and a new key each request (random-keys.lua) rejected
-# at once (a quantity above the limit), neither logged (ratelimit_log_level info under
-# error_log warn). SO=path/to/another.so runs the same rows with that module.
+# loop; for each location: a few requests to warm up, counters zeroed, SECONDS_PER_CASE seconds of
+# wrk (CONNS connections, PIPELINE requests per write), counters dumped (and, with Redis, the
+# commands it ran meanwhile). Every limit admits every request; one-key locations; but the
+# "rejected" rows (issue 32's top keys count each rejection): one key whose every request is
+# rejected after its first, and a new key each request (random-keys.lua) rejected at once (a
+# quantity above the limit), neither logged (ratelimit_log_level info under error_log warn).
+# SO=path/to/another.so runs the same rows with that module.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
 SO=${SO:-$ROOT/build/ngx_http_ratelimit_module.so}
 SECONDS_PER_CASE=${SECONDS_PER_CASE:-3}
+CONNS=${CONNS:-1}
+PIPELINE=${PIPELINE:-1}
 
 for c in valgrind callgrind_control wrk curl; do
     command -v $c >/dev/null || { echo "instructions.sh: $c is not installed" >&2; exit 1; }
@@ -112,7 +125,7 @@ fi
     echo "load_module $SO;"
     echo "worker_processes 1; daemon off; master_process off;"
     echo "pid $TMP/nginx.pid; error_log $TMP/error.log warn;"
-    echo "events { worker_connections 256; }"
+    echo "events { worker_connections $((CONNS + 256)); }"
     echo "http { access_log off; keepalive_requests 100000000;"
     echo "  client_body_temp_path $TMP; proxy_temp_path $TMP; fastcgi_temp_path $TMP; uwsgi_temp_path $TMP; scgi_temp_path $TMP;"
     echo "  limit_req_zone \$host zone=lr:10m rate=100000000r/s;"
@@ -162,7 +175,7 @@ else
     echo "| location | Ir/request | vs plain | vs limit_req | Redis script calls/request |"
     echo "| --- | ---: | ---: | ---: | ---: |"
 fi
-declare -a IR=()
+declare -a IR=() PARTS_OF=()
 for i in "${!CASES[@]}"; do
     url="http://127.0.0.1:${PORTS[$i]}/"
     name=${CASES[$i]%%|*} want=200 script=()
@@ -174,7 +187,13 @@ for i in "${!CASES[@]}"; do
     done
     callgrind_control -z "$VG" >/dev/null
     cmds0=$(redis_commands) gets0=$(redis_stat get) sets0=$(redis_stat set)
-    out=$(wrk -t1 -c1 -d"${SECONDS_PER_CASE}s" "${script[@]}" "$url" ${script:+-- 1000000 $i} 2>&1)
+    if ((${#script[@]})); then
+        out=$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER_CASE}s" "${script[@]}" "$url" -- 1000000 "$i" 2>&1)
+    elif ((PIPELINE > 1)); then
+        out=$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER_CASE}s" -s "$HERE/one-key.lua" "$url" -- "$PIPELINE" 2>&1)
+    else
+        out=$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER_CASE}s" "$url" 2>&1)
+    fi
     rm -f "$TMP"/cg.out.*
     callgrind_control -d "$VG" >/dev/null
     n=$(awk '/requests in/ { print $1 }' <<<"$out")
@@ -188,6 +207,9 @@ for i in "${!CASES[@]}"; do
     dump=$(ls -t "$TMP"/cg.out.* | head -1)
     ir=$(awk '/^summary:/ { print $2 }' "$dump")
     IR[$i]=$((ir / n))
+    case ${CASES[$i]%%|*} in
+        plain | "ratelimit gcra" | "ratelimit gcra, Redis") PARTS_OF+=("${CASES[$i]%%|*}=$TMP/kept.$i:$n"); mv "$dump" "$TMP/kept.$i" ;;
+    esac
     per() { [[ -n $redis_port ]] && awk -v c="$1" -v n="$n" 'BEGIN { printf "%.3f", c / n }' || echo -; }
     printf '| %s | %d | %s | %s | %s |' "${CASES[$i]%%|*}" "${IR[$i]}" \
         "$(awk -v a="${IR[0]}" -v b="${IR[$i]}" 'BEGIN { printf "%.3fx", a / b }')" \
@@ -212,6 +234,13 @@ for pair in "${PAIRS[@]}"; do
         $((IR[a] - IR[b])) "$(awk -v a="${IR[$b]}" -v b="${IR[$a]}" 'BEGIN { printf "%.4fx", a / b }')"
 done
 echo
-echo "Ir: instructions executed in user space (nginx, the module, libc), per request, one keep-alive"
-echo "connection, $SECONDS_PER_CASE s of wrk per location. \"vs\": the baseline's Ir / the row's (the throughput ratio"
-echo "that user-space work alone would give)."
+echo "Ir: instructions executed in user space (nginx, the module, libc), per request, $CONNS keep-alive"
+echo "connection(s), $PIPELINE request(s) per write, $SECONDS_PER_CASE s of wrk per location. \"vs\": the baseline's Ir / the row's (the"
+echo "throughput ratio that user-space work alone would give)."
+if [[ ${PARTS:-off} == on ]]; then
+    echo
+    echo "Where the worker's instructions go (tests/bench/callgrind_parts.py: each function's own instructions in its"
+    echo "part, helpers such as malloc, memcpy and nginx's pools in their callers' parts):"
+    echo
+    python3 -B "$HERE/callgrind_parts.py" nginx --table "${PARTS_OF[@]}"
+fi

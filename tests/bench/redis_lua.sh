@@ -2,8 +2,11 @@
 # Redis's cost of the Lua per check: FCALL of the function library against EVALSHA of the
 # script (tests/bench/redis_lua.cpp), on one private redis-server. A benchmark, not a test.
 #
-#   tests/bench/redis_lua.sh [--rounds N] [--checks N] [--algos gcra,log]
+#   tests/bench/redis_lua.sh [--rounds N] [--checks N] [--algos gcra,log] [--quota run] [--raw] ...
 #   BASELINE_REV=e301042 tests/bench/redis_lua.sh      also that revision's EVAL script, as "baseline"
+#   tests/bench/redis_lua.sh --parts [--groups N] [--keys-count N] [--proto NAME=FILE]...
+#       where Redis's time per check goes in the Lua: variants of the function library, each with
+#       one part done twice or left out, against production (tests/bench/lua_parts.py)
 #
 # Builds into build/bench (cmake -DRL_BENCH=ON).
 set -euo pipefail
@@ -12,6 +15,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT="$ROOT/build/bench"
 cmake -S "$ROOT/tests" -B "$OUT" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRL_BENCH=ON >/dev/null
 cmake --build "$OUT" --target rl_redis_lua_bench -j"$(nproc 2>/dev/null || echo 2)" >/dev/null
+
+if [[ ${1:-} == --parts ]]; then
+    shift
+    RL_LUA_BENCH="$OUT/bench/rl_redis_lua_bench" exec python3 -B "$ROOT/tests/bench/lua_parts.py" "$@"
+fi
 
 extra=()
 if [[ -n ${BASELINE_REV:-} ]]; then

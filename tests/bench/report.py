@@ -17,6 +17,8 @@ import sys
 sys.dont_write_bytecode = True
 import cases as C  # noqa: E402  (after dont_write_bytecode: no __pycache__ in tests/bench)
 
+SCRIPT_CMDS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}  # the script calls
+
 
 # ---------------------------------------------------------------- one run
 def figures(raw):
@@ -46,7 +48,16 @@ def figures(raw):
                     it was recorded
       conns, conns_1k   connections the server accepted from nginx during the run (INFO stats'
                     total_connections_received, the bench's own redis-cli runs left out), and
-                    per 1000 requests: on a TLS server (tls), each one a TLS handshake"""
+                    per 1000 requests: on a TLS server (tls), each one a TLS handshake
+      checks        the checks the case's ratelimit_redis sent (the module's metrics, METRICS=1),
+                    else the requests (one request, one check; a sync zone's: per request)
+      mod_checks_per_call   checks per script call as the module's metrics count them (None
+                    without them, and for sync zones, whose calls are rounds)
+      script_us_check   Redis's time inside the script calls (INFO commandstats usec of FCALL,
+                    EVALSHA...: the Lua and the commands it runs, without parsing and network),
+                    per check
+      inner_us_check    of that, the time inside the commands the scripts ran (GET, SET, ...)
+      inner_per_check   {command: calls per check} of those commands (TIME, GET, SET...)"""
     hz, wall, n = raw["hz"], raw["wall"], raw["requests"]
     ng = raw["nginx_ticks"] / hz
     w = raw["wrk_cpu"]
@@ -61,6 +72,8 @@ def figures(raw):
     }
     redis = {k: None for k in ("redis_pct", "redis_node_pct", "redis_ms_1k_checks", "checks_per_call",
                                "cmds_1k", "info_cpu_ms_1k", "calls_1k", "conns", "conns_1k", "cmd_1k")}
+    redis.update({k: None for k in ("checks", "mod_checks_per_call", "script_us_check", "inner_us_check",
+                                    "inner_per_check")})
     redis["tls"] = bool(raw.get("redis_tls"))
     if raw["redis"]:
         node = [t / hz for t in raw["redis_node_ticks"]]
@@ -77,6 +90,16 @@ def figures(raw):
             redis.update(cmd_1k={k: 1000 * v / n if n else 0.0 for k, v in raw["cmdstats"].items()})
         if "redis_conns" in raw:                  # runs kept before it was counted have none
             redis.update(conns=raw["redis_conns"], conns_1k=1000 * raw["redis_conns"] / n if n else 0.0)
+        if "cmdusec" in raw:                      # runs kept before it was recorded have none
+            mk, mc = raw["module_checks"], raw["module_calls"]
+            checks = mk if mk > 0 else n
+            usec, calls = raw["cmdusec"], raw["cmdstats"]
+            inner = [c for c in calls if c not in SCRIPT_CMDS]
+            redis.update(
+                checks=checks, mod_checks_per_call=mk / mc if mc else None,
+                script_us_check=sum(v for c, v in usec.items() if c in SCRIPT_CMDS) / checks if checks else None,
+                inner_us_check=sum(usec.get(c, 0) for c in inner) / checks if checks else None,
+                inner_per_check={c: calls[c] / checks for c in inner} if checks else None)
     f.update(redis)
     return f
 
@@ -404,6 +427,7 @@ def report(meta, runs, out=sys.stdout):
     conc_report(sel, runs, target, kl, names)
     variant_report(sel, runs, target)
     tls_report(meta, sel, runs, target, kl)
+    redis_cpu_report(sel, runs, kl, names)
     p()
     p("Reproduce: " + meta["repro"])
     p("Total time: %dm%ds" % (meta["elapsed"] // 60, meta["elapsed"] % 60))
@@ -457,6 +481,84 @@ def conc_report(sel, runs, target, kl, names, out=sys.stdout):
     for c in rows:
         if c.store == "redis":
             target("concurrency, Redis >= 0.8x Redis gcra:", c.name, C.conc_base(c), 0.8)
+
+
+# the rows a Redis row's CPU is put beside (issue 33): plain nginx and the shared-memory zone
+CPU_BASES = ("plain", "plain-rand", "gcra", "gcra-1M")
+
+
+def redis_cpu_report(sel, runs, kl, names, out=sys.stdout):
+    """Issue 33: each Redis row's CPU per request, the nginx worker's and redis-server's (/proc,
+    around each measured run), beside plain nginx and the shared-memory zone of the same run;
+    Redis's time per check from its own counters (INFO commandstats: the script calls' usec over
+    the checks, the module's metrics counting the checks) and what the scripts ran per check;
+    Ratios, never assertions."""
+    def p(line=""):
+        print(line, file=out)
+
+    rows = [c for c in sel if c.name in runs and (c.redis or c.name in CPU_BASES)]
+    if not any(c.redis for c in rows):
+        return
+    col = runs.col
+
+    def inner(n):
+        """the commands the scripts ran per check, most first (medians over rounds)"""
+        rounds = [f["inner_per_check"] for f in runs.figs[n] if f["inner_per_check"] is not None]
+        if not rounds:
+            return "-"
+        cmds = set().union(*rounds)
+        per = sorted(((median(r.get(c, 0.0) for r in rounds), c) for c in cmds), reverse=True)
+        return ", ".join("%s %.2f" % (c.upper(), v) for v, c in per if v >= 0.005) or "-"
+
+    p()
+    p("Redis's CPU per request (issue 33): the nginx worker's and redis-server's CPU time (/proc utime + stime, around each")
+    p("measured run) per request wrk completed, medians over rounds; \"vs plain\": the worker's CPU per request over plain")
+    p("nginx's of the same key kind, same round (median); Redis's time inside its script calls per check from its own")
+    p("counters (INFO commandstats usec of FCALL/EVALSHA over the checks the module's metrics count: the Lua and the")
+    p("commands it runs, without reading, parsing and writing; per request for sync zones), and of that the commands")
+    p("(Redis measures wall time: on a CPU it shares with wrk, the usec include waits for the CPU, and may exceed its")
+    p("CPU time); checks per script call (the module's metrics); the commands the scripts ran per check:")
+    p()
+    p("| case | keys | req/s | nginx worker us/request | vs plain | Redis us/request | total us/request "
+      "| Redis script us/check (commandstats) | of which in commands | checks per script call | commands per check "
+      "in scripts |")
+    p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for c in rows:
+        n = c.name
+        base = C.plain_of(c.kind, c.workers, names)
+        ng, rd = col(n, "us_per_req"), col(n, "redis_ms_1k_checks") if c.redis else None
+        keycol = ("(random URLs)" if c.kind == "many" else "-") if c.check.startswith("plain") else (
+            kl if c.kind == "many" else "1")
+        p("| %s | %s | %d | %.2f | %s | %s | %s | %s | %s | %s | %s |" % (
+            c.label, keycol, int(col(n, "rps") + 0.5), ng,
+            "%.2fx" % runs.ratio_num(n, base, "us_per_req") if base and base != n else "-",
+            fmt("%.2f", rd), fmt("%.1f", ng + rd if rd is not None else None),
+            fmt("%.2f", col(n, "script_us_check")), fmt("%.2f", col(n, "inner_us_check")),
+            fmt("%.1f", col(n, "mod_checks_per_call")), inner(n) if c.redis else "-"))
+
+    p()
+    p("Issue 33's targets (reported, not enforced; CPU per request, medians):")
+
+    def at_most(label, n, key, limit):
+        if n in runs and col(n, key) is not None:
+            v = col(n, key)
+            p("  %-52s %-20s %.2f us %s" % (label, n, v, met(v <= limit)))
+
+    at_most("Redis CPU per check, %s keys, <= 4 us:" % kl, "redis-gcra-1M", "redis_ms_1k_checks", 4.0)
+    at_most("Redis CPU per check, one hot key, <= 3 us:" , "redis-gcra", "redis_ms_1k_checks", 3.0)
+    for n in ("redis-gcra", "redis-gcra-1M"):
+        base = C.plain_of(C.by_name()[n].kind, 1, names)
+        if n in runs and base in runs:
+            r = runs.ratio_num(n, base, "us_per_req")
+            p("  %-52s %-20s %.2fx %s" % ("nginx worker CPU per request <= 1.3x plain's:", n, r, met(r <= 1.3)))
+    a, b = "sync-lease-gcra-1M", "redis-gcra-1M"
+    if a in runs and b in runs:
+        r = runs.ratio_num(a, b)
+        cr = runs.ratio_num(a, b, "redis_ms_1k_checks")
+        bad = runs.total(a, "non2xx")
+        p("  %-52s %-20s req/s %.2fx %s, Redis CPU per request %.2fx %s, non-2xx %d %s" % (
+            "lease zone, %s keys, vs the per-request zone:" % kl, a, r, met(r >= 1.0), cr, met(cr <= 1.0), bad,
+            met(bad == 0)))
 
 
 # the variants' targets (Case.base): the least same-round req/s ratio each must reach

@@ -42,6 +42,8 @@
 #   RETRIES    how many times at most a disturbed run is redone              (2)
 #   MAX_TIME   seconds after which the script stops waiting for idle CPUs and redoing
 #              disturbed runs, and just measures (bounds the total time)    (2700)
+#   METRICS    1: every nginx serves ratelimit_metrics on a port of its own, whose counters give
+#              each Redis row's checks and script calls (issue 33's table)          (1)
 #
 # Method: one nginx (worker_processes 1, pinned to NGINX_CPU, access_log off, keep-alive) serves
 # every case, each on its own 127.0.0.1 port with one `location /` (empty_gif), so all cases are
