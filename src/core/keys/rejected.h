@@ -19,7 +19,9 @@
 // or its request's end ends it sooner). If the asker is admitted, no other request of that cost
 // could be (from any host: others only consume more); if it is rejected, another host took the
 // unit, and a request of this host would have been rejected too, unless other hosts' requests
-// of another cost left part of it (mixed costs: then at most those of one round trip).
+// of another cost left part of it, or the asker reached Redis before the unit freed (an entry
+// counts from when its call was sent, so it may run out up to a one-way trip early): then the
+// others are rejected, for one round trip, while Redis might have admitted one of them.
 //
 // Hints: the zone's table keeps, per group of keys (TableHeader::hints), until when a rejection
 // remembered for one of them may hold (0: none), raised with every entry and cleared only once
