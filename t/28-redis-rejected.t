@@ -129,9 +129,9 @@ cmp_ok($rejected, '>', 10 * $admitted, "herd: a flood ($admitted admitted, $reje
 # (the clients start 0.3 s after the call)
 cmp_ok($admitted, '<=', 1 + int(50 * ($elapsed - 0.3)) + 1, sprintf('herd: no more admitted than the rate allows in %.2f s', $elapsed - 0.3));
 # (each unit may come up to a round trip late: an asker that reached Redis before it freed)
-cmp_ok($admitted, '>=', 1 + 50 * 2 * 0.7, 'herd: ... nor far fewer (2 s of flood: 101; 82-94 here)');
+cmp_ok($admitted, '>=', 1 + 50 * 2 * 0.7, 'herd: ... nor far fewer (2 s of flood: 101; 82-94 here, 92-97 without one asker)');
 cmp_ok($spent, '>=', $admitted, "herd: every admission is a call ($spent calls)");
-# (~1.5 here, the first requests' herd and early askers included; 4.7 without either)
+# (1.4-1.5 here, the first requests' herd and early askers included; 4.7-5.8 without either)
 cmp_ok($spent, '<=', 2 * $admitted, sprintf('herd: %.2f script calls per admission (<= 2)', $spent / ($admitted || 1)));
 
 # Costs: a rejection of a costly request does not reject a cheaper one that fits.
