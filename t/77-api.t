@@ -4,7 +4,8 @@
 # concurrency zone, and reading consumes nothing; DELETE (write=on) makes the key start afresh,
 # its block lifted, in shared memory and in Redis; addr= takes a textual address for
 # $binary_remote_addr zones; errors are JSON: 404 unknown zone, 400 bad key, 405 write off or
-# another method, 503 when Redis is down. Every body is parsed with JSON::PP.
+# another method, 503 when Redis is down; a storm of DELETEs is logged once a second per worker
+# (issue 30). Every body is parsed with JSON::PP.
 use strict;
 use warnings;
 use FindBin;
@@ -186,6 +187,32 @@ sub hit { my ($path, $count) = @_; return join ' ', map { ($nx->get($path))[0] /
     is($b->finish('ck', $e), '200', 'the slow request ends');
     ($st, $j) = api('GET', '/api/zones/cc?key=ck');
     is($j->{in_flight}, 0, 'no request in flight once it ended');
+}
+
+# ------------------------------------------------------------- a storm of DELETEs (issue 30)
+
+{
+    # DELETEs across three second boundaries (bounded: 20 s, 20000 requests): each worker logs
+    # a zone's resets once a second at most, and says how many of the second before it did not.
+    my $re = qr/ratelimit_api: a key of zone "shm" reset(?: \(and (\d+) more not logged\))?/;
+    my $before = () = $n->error_log =~ /$re/g;
+    my ($start, $sent, $failed) = (time, 0, 0);
+    while (time < $start + 3 && $sent < 20000) {
+        my ($st) = http_request($port, "/api/zones/shm?key=storm$sent", undef, 'DELETE');
+        $failed++ unless ($st // '') eq '200';
+        $sent++;
+    }
+    my $secs = time - $start + 2;    # the seconds the storm touched (and one: a worker's cached clock)
+    is($failed, 0, "a storm of $sent DELETEs: each answered 200");
+    my ($log, @lines, $counted) = ($n->error_log);
+    while ($log =~ /$re/g) { push @lines, $1 // 0 }
+    splice @lines, 0, $before;
+    $counted += 1 + $_ for @lines;
+    cmp_ok(scalar(@lines), '<=', $secs * $n->{workers},
+        "... logged in " . scalar(@lines) . " lines: at most one a second per worker ($secs s, $n->{workers} workers)");
+    cmp_ok(scalar(@lines), '>=', 2, '... at least one line in each of two seconds');
+    ok((grep { $_ > 0 } @lines), '... a line says how many resets of the second before went unlogged');
+    cmp_ok($counted, '<=', $sent, "... the lines account for $counted resets, none more than sent");
 }
 
 # ------------------------------------------------------------- a key in Redis

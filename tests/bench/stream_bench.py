@@ -603,7 +603,9 @@ def instructions(crt):
                 continue
             warm = client(r, 5, count=5, inflight=1)
             if warm["conns"] + warm["sent"] == 0:
-                die("callgrind: %s: no connection in warm-up" % r.name)
+                # (a whole RSA handshake under callgrind may not finish within the warm-up)
+                say("== callgrind %-20s no connection in warm-up: left out" % r.name)
+                continue
             d0 = udp_drops(St.port[r.name]) if r.proto != "tcp" else 0
             s0 = udp_drops(St.sink[r.name]) if r.proto == "dgram" else 0
             subprocess.run(["callgrind_control", "-z", str(vg.pid)], capture_output=True)
