@@ -1,6 +1,9 @@
 # Rejections Redis made are remembered on the host until their Retry-After: the key's requests
 # are rejected meanwhile without a call to Redis, with the headers Redis would give; a refund
 # on this host forgets it; exactness across hosts is unchanged (only rejections are cached).
+# When a remembered wait runs out, one request per key and host asks Redis, and an admission
+# that leaves no room is remembered as the rejection the next request would get: a flooded key
+# costs about one call per admission.
 # runs alone: it measures time (a rejection within 100 ms, waits of Redis)
 use strict;
 use warnings;
@@ -28,6 +31,7 @@ my $conf = <<"EOF2";
     ratelimit_zone again key=\$arg_k rate=30r/m redis=main;
     ratelimit_zone exact key=\$arg_k requests=60 period=1h burst=59 redis=main;
     ratelimit_zone big   key=\$arg_k requests=5 period=1h burst=4 redis=main;
+    ratelimit_zone herd  key=\$arg_k rate=50r/s redis=main;
     ratelimit_redis other 127.0.0.1:$rp timeout=2s;
     ratelimit_zone one   key=\$arg_k requests=1 period=1h redis=other;
     server {
@@ -39,6 +43,7 @@ my $conf = <<"EOF2";
         location /exact { ratelimit zone=exact; empty_gif; }
         location /cost { ratelimit zone=big quantity=\$arg_q; empty_gif; }
         location /one  { ratelimit zone=one; empty_gif; }
+        location /herd { ratelimit zone=herd; empty_gif; }
         # Two calls (two ratelimit_redis): one admits, the other rejects: the admitted unit is
         # refunded, and a rejection of its key remembered here is forgotten.
         location /two  { ratelimit zone=big quantity=\$arg_q; ratelimit zone=one; empty_gif; }
@@ -106,6 +111,29 @@ cmp_ok($spent, '<', 240, "exact: ... with $spent script calls for 480 requests (
 ($st, $h) = $m->get("/exact?k=$k");
 like($h->{'ratelimit'} // '', qr/^"exact";r=0;/, 'exact: nothing left, as Redis says');
 
+# The herd at a wait's end: one host (two workers) flooding one key for 2 s. Every unit that
+# frees is asked for by one request, which Redis admits (or rejects, if it came early: then one
+# more asks), and what that admission leaves (no room) is remembered: about one script call per
+# admission (without: each admission followed by at least one call that Redis rejects, and a
+# herd at each wait's end; here, the flood's first requests all ask), and not many fewer
+# admissions than Redis gives a key flooded that long.
+$k = fresh_key('herd');
+$before = calls();
+my $t0 = time;
+$r = run_clients($n->port, "/herd?k=$k", 8, 1000000, keepalive => 1, until => $t0 + 2.3);
+my $elapsed = time - $t0;
+my $admitted = $r->{200} // 0;
+my $rejected = $r->{429} // 0;
+$spent = calls() - $before;
+cmp_ok($rejected, '>', 10 * $admitted, "herd: a flood ($admitted admitted, $rejected rejected)");
+# (the clients start 0.3 s after the call)
+cmp_ok($admitted, '<=', 1 + int(50 * ($elapsed - 0.3)) + 1, sprintf('herd: no more admitted than the rate allows in %.2f s', $elapsed - 0.3));
+# (each unit may come up to a round trip late: an asker that reached Redis before it freed)
+cmp_ok($admitted, '>=', 1 + 50 * 2 * 0.7, 'herd: ... nor far fewer (2 s of flood: 101; 82-94 here, 92-97 without one asker)');
+cmp_ok($spent, '>=', $admitted, "herd: every admission is a call ($spent calls)");
+# (1.4-1.5 here, the first requests' herd and early askers included; 4.7-5.8 without either)
+cmp_ok($spent, '<=', 2 * $admitted, sprintf('herd: %.2f script calls per admission (<= 2)', $spent / ($admitted || 1)));
+
 # Costs: a rejection of a costly request does not reject a cheaper one that fits.
 $k = fresh_key('cost');
 ($st) = $n->get("/cost?k=$k&q=3");
@@ -129,13 +157,15 @@ $before = calls();
 ($st) = $n->get("/cost?k=$k&q=2");
 is($st, 429, 'refund: rejected again');
 is(calls(), $before, 'refund: ... from memory');
-($st) = $n->get("/one?k=$k");
-is($st, 200, 'refund: the other limit takes its only unit');
+# On the other host: this one would remember the rejection that admission leaves, and reject
+# the next request without asking either limit.
+($st) = $m->get("/one?k=$k");
+is($st, 200, 'refund: the other limit takes its only unit (on the other host)');
 my $c0 = calls();
 ($st) = $n->get("/two?k=$k&q=1");
 is($st, 429, 'refund: a request the other limit rejects (big admitted it, then got it back)');
 # its two calls, and the refund, sent without waiting (it may reach Redis after the response)
-wait_until(sub { calls() >= $c0 + 3 });
+ok(wait_until(sub { calls() >= $c0 + 3 }), 'refund: ... two calls and the refund');
 $before = calls();
 ($st) = $n->get("/cost?k=$k&q=2");
 is($st, 429, 'refund: 2 still do not fit');

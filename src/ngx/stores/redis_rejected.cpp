@@ -47,27 +47,53 @@ int64_t rl_rejected_now() noexcept {
     return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
 
-bool rl_rejected_check(rl_result_t& res, int64_t* now) noexcept {
+rl_rejected_e rl_rejected_check(rl_result_t& res, int64_t* now) noexcept {
     const rl_zone_t* zone = res.applied->zone;
-    if (res.cost <= 0 || !rl::is_rate(res.policy->algo)) return false;
-    if (!may_hold(res, now)) return false;  // nothing remembered lately for keys like it: no lock
+    if (res.cost <= 0 || !rl::is_rate(res.policy->algo)) return RL_REJECTED_NONE;
+    if (!may_hold(res, now)) return RL_REJECTED_NONE;  // nothing remembered lately for keys like it: no lock
+    rl_rejected_e found = RL_REJECTED_NONE;
     ngx_shmtx_lock(&zone->shpool->mutex);
-    rl::Slot* slot = rl::table_find(zone->table, key_of(res), tag_of(res));
-    bool hit = slot != nullptr && rl::cached_rejection(slot->state, *res.policy, *now, res.cost, &res.decision);
+    if (rl::Slot* slot = rl::table_find(zone->table, key_of(res), tag_of(res))) {
+        if (rl::cached_rejection(slot->state, *res.policy, *now, res.cost, &res.decision)) {
+            found = RL_REJECTED_HIT;
+        } else if (rl::take_ask(slot->state, *res.policy, *now, res.cost, static_cast<int64_t>(zone->timeout) * 1000)) {
+            found = RL_REJECTED_ASK;  // the entry answers the others until its reply, at most the timeout
+        }
+    }
     ngx_shmtx_unlock(&zone->shpool->mutex);
-    return hit;
+    return found;
 }
 
-void rl_rejected_remember(const rl_result_t& res, int64_t now) noexcept {
-    if (!rl::rejection_cacheable(res.decision, *res.policy, res.cost)) return;
+void rl_rejected_remember(const rl_result_t& res, int64_t now, bool asked) noexcept {
+    rl::Decision next;
+    const rl::Decision* d = &res.decision;
+    if (res.decision.allowed) {
+        // An admission that leaves no room: the next request of its cost is rejected without
+        // a call too. Only if it took its units (all its request's checks were admitted).
+        d = res.consumed && rl::rejection_after_admission(res.decision, *res.policy, res.cost, &next) ? &next : nullptr;
+    }
+    if (d == nullptr || !rl::rejection_cacheable(*d, *res.policy, res.cost)) {
+        if (asked) rl_rejected_release(res);
+        return;
+    }
     const rl_zone_t* zone = res.applied->zone;
     ngx_shmtx_lock(&zone->shpool->mutex);
     rl::Slot* slot = rl::table_acquire(zone->table, key_of(res), tag_of(res), nullptr);
-    slot->state = rl::remember_rejection(res.decision, now, res.cost);
+    slot->state = rl::remember_rejection(*d, now, res.cost);
     // Raised under the lock, so raises never interleave; a reader clears only a value already
     // passed, which covers no entry that holds (this one included).
     int64_t* hint = hint_of(res);
-    __atomic_store_n(hint, rl::raised_hint(__atomic_load_n(hint, __ATOMIC_RELAXED), slot->state), __ATOMIC_RELAXED);
+    __atomic_store_n(hint, rl::raised_hint(__atomic_load_n(hint, __ATOMIC_RELAXED), slot->state, *res.policy),
+                     __ATOMIC_RELAXED);
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+void rl_rejected_release(const rl_result_t& res) noexcept {
+    const rl_zone_t* zone = res.applied->zone;
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    // Unless a reply replaced it meanwhile (what that says holds).
+    rl::Slot* slot = rl::table_find(zone->table, key_of(res), tag_of(res));
+    if (slot != nullptr && rl::asking(slot->state)) slot->state = rl::State{};
     ngx_shmtx_unlock(&zone->shpool->mutex);
 }
 

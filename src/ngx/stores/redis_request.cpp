@@ -57,7 +57,17 @@ struct rl_call_t {
 
 enum { RL_CALL_PENDING = 0, RL_CALL_DONE, RL_CALL_FAILED };
 
-constexpr uint8_t kRejectedHere = 4;  // rl_result_t::flags: decided by a remembered rejection (redis_rejected.h)
+// rl_result_t::flags (redis_rejected.h): decided by a remembered rejection; asks Redis for the
+// host while the others are rejected from memory (RL_REJECTED_ASK), until its reply.
+constexpr uint8_t kRejectedHere = 4;
+constexpr uint8_t kAsksForHost = 8;
+
+// A result that asked for the host goes without an answer: the others ask again.
+void release_ask(rl_result_t& res) {
+    if (!(res.flags & kAsksForHost)) return;
+    res.flags &= ~kAsksForHost;
+    rl_rejected_release(res);
+}
 
 rl_calls_t* calls_of(rl_ctx_t* ctx) { return static_cast<rl_calls_t*>(ctx->store_data[RL_STORE_ID_REDIS]); }
 
@@ -116,7 +126,11 @@ void batch_free(rl_batch_t* batch) {
 
 void call_failed(rl_call_t* call) {
     call->state = RL_CALL_FAILED;
-    for (ngx_uint_t i = 0; i < call->nchecks; i++) call->ctx->results[call->checks[i]].store = RL_STORE_FAILED;
+    for (ngx_uint_t i = 0; i < call->nchecks; i++) {
+        rl_result_t& res = call->ctx->results[call->checks[i]];
+        res.store = RL_STORE_FAILED;
+        release_ask(res);
+    }
 }
 
 // The last call of a request has an outcome: the request's wait for this store is over.
@@ -237,7 +251,8 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
                 res.decision.limit = res.policy->requests;
                 res.at = now;
                 res.consumed = admitted[g] && res.cost > 0;
-                if (!res.decision.allowed) rl_rejected_remember(res, local_now);
+                rl_rejected_remember(res, local_now, res.flags & kAsksForHost);
+                res.flags &= ~kAsksForHost;
             }
             call->batch = nullptr;
             call->state = RL_CALL_DONE;
@@ -367,15 +382,22 @@ bool rejected_here(rl_ctx_t* ctx) {
     bool rejected = false;
     for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
         rl_result_t& res = ctx->results[i];
-        if (res.store == RL_STORE_REDIS && rl_rejected_check(res, &now)) {
+        if (res.store != RL_STORE_REDIS) continue;
+        rl_rejected_e found = rl_rejected_check(res, &now);
+        if (found == RL_REJECTED_HIT) {
             res.flags |= kRejectedHere;
             rejected = true;
+        } else if (found == RL_REJECTED_ASK) {
+            res.flags |= kAsksForHost;
         }
     }
     if (!rejected) return false;
     for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
         rl_result_t& res = ctx->results[i];
-        if (res.store == RL_STORE_REDIS && !(res.flags & kRejectedHere)) res.store = RL_STORE_SKIPPED;
+        if (res.store == RL_STORE_REDIS && !(res.flags & kRejectedHere)) {
+            res.store = RL_STORE_SKIPPED;
+            release_ask(res);  // not asked after all
+        }
     }
     return true;
 }
@@ -392,7 +414,9 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     auto* slots = static_cast<uint16_t*>(ngx_palloc(ctx->pool, n * sizeof(uint16_t)));
     if (cs == nullptr || indices == nullptr || slots == nullptr) {
         for (ngx_uint_t i = 0; i < n; i++) {
-            if (ctx->results[i].store == RL_STORE_REDIS) ctx->results[i].store = RL_STORE_FAILED;
+            if (ctx->results[i].store != RL_STORE_REDIS) continue;
+            ctx->results[i].store = RL_STORE_FAILED;
+            release_ask(ctx->results[i]);
         }
         return 0;
     }
@@ -580,13 +604,15 @@ void rl_redis_request_fill(rl_conn_t* conn) noexcept {
 
 void rl_redis_request_failed(rl_conn_t* conn) noexcept {
     auto* node = static_cast<rl_redis_node_t*>(conn->data);
-    node->redis->store->epoch++;  // rejections remembered until now may be of a Redis that lost its state
     while (!ngx_queue_empty(&node->queued)) {
         ngx_queue_t* q = ngx_queue_head(&node->queued);
         ngx_queue_remove(q);
         node->nqueued--;
         call_fails_now(ngx_queue_data(q, rl_call_t, queue));
     }
+    // Rejections remembered until now may be of a Redis that lost its state. After the calls
+    // failed: an asker's release finds its entry by the epoch it asked in.
+    node->redis->store->epoch++;
     rl_node_failed(node);
 }
 

@@ -11,6 +11,7 @@
 #include "core/algo/settle.h"
 #include "ngx/metrics/metrics.h"
 #include "ngx/stores/redis_held.h"
+#include "ngx/stores/redis_rejected.h"
 #include "ngx/stores/redis_request.h"
 #include "ngx/redis/resend.h"
 #include "ngx/stores/store.h"
@@ -155,6 +156,7 @@ void rl_redis_settle(rl_ctx_t* ctx) noexcept {
     for (ngx_uint_t i = 0; i < ctx->nresults; i++) {
         const rl_result_t& res = ctx->results[i];
         if (res.store != RL_STORE_REDIS || res.delta == 0) continue;
+        if (res.delta < 0) rl_rejected_forget(res);  // units back: a rejection of its key may no longer hold
         rl_redis_t* redis = res.applied->zone->redis;
         rl_redis_node_t* first = rl_resend_route(redis, redis->cluster ? rl_redis_slot_of(res) : 0);
         // The call is built for how the node runs the Lua (as Redis was last seen: FCALL
