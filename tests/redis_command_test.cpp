@@ -13,6 +13,7 @@
 #include "algo_test_util.h"
 #include "packed_doubles.h"
 #include "core/algo/block.h"
+#include "core/algo/settle.h"
 #include "core/wire/redis_script.h"
 
 namespace {
@@ -290,6 +291,65 @@ TEST(RedisCommand, ExactBytesOfABatch) {
     std::string head = "*9\r\n$4\r\nEVAL\r\n$" + std::to_string(text.size()) + "\r\n";
     EXPECT_EQ(eval.substr(0, head.size()), head);
     EXPECT_EQ(eval.substr(head.size(), text.size()), text);
+}
+
+TEST(RedisCommand, ExactBytesOfALeanBatch) {
+    rl::Policy g = rltest::policy(rl::Algo::gcra, 10, kSec, 2);  // refill 1, token 100000, depth 300000
+    rl::Policy same = g;  // another zone's policy of the same numbers
+    rl::RedisCheck a;
+    a.zone = "api";
+    a.hash = rl::KeyHash{0x2, 0x1};
+    a.policy = &g;
+    a.cost = 1;
+    rl::RedisCheck b = a;
+    b.zone = "z";
+    b.policy = &same;
+    b.cost = 3;
+    const std::string key_a = "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n";
+    const std::string key_b = "$44\r\nrl:{z:00000000000000010000000000000002}:gcra\r\n";
+    // Groups of one check, gcra of one policy, no delay, no block: the policy once, then costs.
+    std::vector<rl::RedisGroup> groups = {{&a, 1}, {&b, 1}, {&a, 1}};
+    std::string want = std::string("*9\r\n$7\r\nEVALSHA\r\n$40\r\n") + rl::script_sha1(true) + "\r\n$1\r\n3\r\n" +
+                       key_a + key_b + key_a + "$4\r\nlean\r\n$3\r\n123\r\n$56\r\n" +
+                       doubles({2, 1, 100000, 300000, 1, 3, 1}) + "\r\n";
+    EXPECT_EQ(batch(rl::CommandScript::evalsha, true, "rl:", groups, 123), want);
+    EXPECT_EQ(rl::batch_reply_len(groups.data(), groups.size()), 2u + 4u * 3u);
+    EXPECT_LE(want.size(), rl::batch_command_bound("rl:", groups.data(), groups.size()));
+    size_t len = rl::batch_command_len(rl::CommandScript::evalsha, true, "rl:", groups.data(), groups.size(), 123,
+                                       rl::BatchForm::general);
+    std::string forced(len, '?');
+    EXPECT_EQ(rl::write_batch_command(forced.data(), rl::CommandScript::evalsha, true, "rl:", groups.data(),
+                                      groups.size(), 123, rl::BatchForm::general),
+              len);
+    EXPECT_NE(forced.find("$6\r\ndecide\r\n"), std::string::npos);
+
+    // Anything else takes the general form: a group of two checks, another policy, a delay, a
+    // block, kNeedOne, another algorithm.
+    auto general_form = [&](const std::vector<rl::RedisGroup>& gs) {
+        return batch(rl::CommandScript::fcall, false, "rl:", gs, 0).find("$6\r\ndecide\r\n") != std::string::npos;
+    };
+    EXPECT_FALSE(general_form(groups));
+    const rl::RedisCheck pair[] = {a, b};
+    EXPECT_TRUE(general_form({{pair, 2}}));
+    rl::Policy other = rltest::policy(rl::Algo::gcra, 11, kSec, 2);
+    rl::RedisCheck c = a;
+    c.policy = &other;
+    EXPECT_TRUE(general_form({{&a, 1}, {&c, 1}}));
+    rl::Policy shaped = rltest::policy(rl::Algo::gcra, 10, kSec, 2, 0);  // delay=0
+    c.policy = &shaped;
+    EXPECT_TRUE(general_form({{&c, 1}}));
+    rl::Policy blocking = g;
+    blocking.block_us = kSec;
+    c.policy = &blocking;
+    EXPECT_TRUE(general_form({{&c, 1}}));
+    c = a;
+    c.cost = rl::kNeedOne;
+    EXPECT_TRUE(general_form({{&a, 1}, {&c, 1}}));
+    rl::Policy token = rltest::policy(rl::Algo::token, 10, kSec, 2);
+    c.policy = &token;
+    c.cost = 1;
+    EXPECT_TRUE(general_form({{&c, 1}}));
+    EXPECT_TRUE(general_form({}));
 }
 
 TEST(RedisCommand, DecodeBatchReply) {

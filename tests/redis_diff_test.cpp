@@ -219,6 +219,7 @@ struct Counts {
     int64_t resent = 0;                // settle calls sent again with their call id
     int64_t resets = 0;                // keys reset (run_reset)
     int64_t dropped = 0;               // refunds and charges of an admission before the key's reset
+    int64_t lean_calls = 0;            // batches sent in the lean form (redis_command.h)
 };
 
 // A private redis-server with both variants of the script and of the library loaded; script_
@@ -607,7 +608,7 @@ class RedisLua : public ::testing::Test {
     // reference_decide_all at the same now), the script decides them in one call; then every
     // decision, every admitted flag, and each key's state and TTL after the batch.
     void run_batch(const std::vector<std::vector<Limit*>>& groups, const std::vector<std::vector<int64_t>>& costs,
-                   int64_t now, const std::string& where) {
+                   int64_t now, const std::string& where, rl::BatchForm form = rl::BatchForm::best) {
         // The keys of the batch, each once, and what the C++ does to them.
         std::vector<Limit*> keys;
         for (const auto& g : groups) {
@@ -650,13 +651,14 @@ class RedisLua : public ::testing::Test {
             checks[g] = checks_of(groups[g], costs[g], {});
             rgroups[g] = rl::RedisGroup{checks[g].data(), checks[g].size()};
         }
-        size_t len = rl::batch_command_len(script_, true, kPrefix, rgroups.data(), rgroups.size(), now);
+        size_t len = rl::batch_command_len(script_, true, kPrefix, rgroups.data(), rgroups.size(), now, form);
         std::string cmd(len + 16, '\xee');
         ASSERT_EQ(rl::write_batch_command(cmd.data(), script_, true, kPrefix, rgroups.data(),
-                                          rgroups.size(), now),
+                                          rgroups.size(), now, form),
                   len);
         ASSERT_EQ(cmd.substr(len), std::string(16, '\xee')) << "wrote past the measured length";
         cmd.resize(len);
+        counts_.lean_calls += cmd.find("\r\n$4\r\nlean\r\n") != std::string::npos;
 
         Observed obs;
         observe_call(cmd, keys, where, &obs);
@@ -786,6 +788,7 @@ class RedisLua : public ::testing::Test {
         if (counts_.expired_in_real_time > 0) {
             line += "; " + std::to_string(counts_.expired_in_real_time) + " keys expired in real time";
         }
+        if (counts_.lean_calls > 0) line += "; " + std::to_string(counts_.lean_calls) + " calls in the lean form";
         if (counts_.groups > 0) {
             line += "; " + std::to_string(counts_.groups) + " groups, " + std::to_string(counts_.groups_admitted) +
                     " admitted, " + std::to_string(counts_.hot_groups) + " on a key an earlier group of the batch changed";
@@ -1052,6 +1055,69 @@ TEST_P(RedisDiff, Batches) {
     EXPECT_GT(counts_.partial_rejections, 500) << "the batches must exercise all-or-nothing";
     for (rl::Algo a : kAll) EXPECT_GT(counts_.decisions[a], 1000) << rl::algo_name(a);
     EXPECT_GT(counts_.ttl_checked, 1000);
+}
+
+// The lean form (redis_command.h, lua/13-lean.lua): batches of single-check gcra groups of one
+// policy, against the C++ core as Batches (every decision, state and TTL): keys repeated within
+// a batch, costs beyond 1 and beyond the burst, idle gaps, a clock that goes back, keys expired
+// (deleted once worth a fresh key's, on both sides). Every third batch is sent in the general
+// form on the same keys, so each path reads what the other wrote; a limit of another policy
+// (some shaped) joins some rounds, and a batch with it takes the general form.
+TEST_P(RedisDiff, LeanBatches) {
+    std::mt19937_64 rng(109);
+    constexpr int kRounds = 200, kBatches = 25;
+    int64_t expired = 0, general = 0, above_one = 0;
+    for (int round = 0; round < kRounds; round++) {
+        std::vector<std::unique_ptr<Limit>> pool;
+        const rl::Policy p = random_rate_policy(rng, rl::Algo::gcra);
+        size_t n = 1 + rng() % 6;
+        for (size_t i = 0; i < n; i++) {
+            pool.push_back(std::make_unique<Limit>(p, "l" + std::to_string(i), random_hash(rng)));
+        }
+        if (rng() % 4 == 0) {
+            pool.push_back(std::make_unique<Limit>(random_policy(rng, rl::Algo::gcra), "other", random_hash(rng)));
+        }
+        int64_t t = 1600000000LL * kSec + static_cast<int64_t>(rng() % (1000 * kSec));
+        for (int e = 0; e < kBatches; e++) {
+            t += time_step(rng, p);
+            int64_t now = t;
+            uint64_t what = rng() % 100;
+            if (what < 3) now = t - kBacks[rng() % 5];
+            counts_.clock_back += what < 3;
+            for (auto& l : pool) {
+                // Expired: Redis drops a key once its state is worth a fresh key's.
+                if (rng() % 4 == 0 && rl::decide(l->key.s, l->key.p, now, 0, nullptr).reset_us == 0) {
+                    Reply d = rltest::command(conn_.get(), {"DEL", l->redis_key});
+                    ASSERT_TRUE(d && d->type == REDIS_REPLY_INTEGER);
+                    expired += d->integer;
+                    l->key.s = rl::State{};
+                }
+            }
+            size_t ngroups = 1 + rng() % 40;
+            std::vector<std::vector<Limit*>> groups(ngroups);
+            std::vector<std::vector<int64_t>> costs(ngroups);
+            for (size_t g = 0; g < ngroups; g++) {
+                Limit* l = pool[rng() % pool.size()].get();
+                groups[g].push_back(l);
+                costs[g].push_back(random_cost(rng, l->key.p));
+                above_one += costs[g].back() > 1;
+            }
+            rl::BatchForm form = e % 3 == 2 ? rl::BatchForm::general : rl::BatchForm::best;
+            general += form == rl::BatchForm::general;
+            run_batch(groups, costs, now, "lean round " + std::to_string(round) + " batch " + std::to_string(e), form);
+            if (HasFatalFailure()) return;
+        }
+    }
+    summary("lean batches");
+    const int64_t calls = kRounds * kBatches;
+    EXPECT_GT(counts_.lean_calls, calls / 2);
+    EXPECT_LT(counts_.lean_calls, calls - general) << "a batch with a second policy must take the general form";
+    EXPECT_GT(counts_.hot_groups, counts_.groups / 4) << "keys must repeat within a batch";
+    EXPECT_GT(counts_.groups - counts_.groups_admitted, counts_.groups / 10) << "the batches must reject too";
+    EXPECT_GT(counts_.never, 100);
+    EXPECT_GT(counts_.ttl_checked, calls);
+    EXPECT_GT(expired, calls / 20);
+    EXPECT_GT(above_one, counts_.groups / 20);
 }
 
 // settle= (settle.h): timelines of decisions (some of quantity 0, kNeedOne), charges past the
@@ -1538,6 +1604,17 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
         {"1", "k", "decide", "1", doubles({0.5}) + ok},                       // group size
         {"2", "k", "k2", "decide", "1", ok},                                  // keys
         {"0", "decide", "1", ok},                                             // keys
+        // The lean form: burst refill token depth, then each check's cost.
+        {"1", "k", "lean", "1", doubles({1, 1, 1, 1, 1}), "x"},               // too many ARGV
+        {"1", "k", "lean", "x", doubles({1, 1, 1, 1, 1})},                    // now
+        {"1", "k", "lean", "1", doubles({1, 0, 1, 1, 1})},                    // refill
+        {"1", "k", "lean", "1", doubles({1, 1, 1, 0, 1})},                    // depth
+        {"1", "k", "lean", "1", doubles({nan, 1, 1, 1, 1})},                  // burst
+        {"1", "k", "lean", "1", doubles({1, 1, 1, 1, -1})},                   // cost (no kNeedOne)
+        {"1", "k", "lean", "1", doubles({1, 1, 1, 1, nan})},                  // cost
+        {"1", "k", "lean", "1", doubles({1, 1, 1, 1, 1}).substr(1)},          // truncated
+        {"1", "k", "lean", "1", doubles({1, 1, 1, 1, 1}) + "x"},              // trailing bytes
+        {"2", "k", "k2", "lean", "1", doubles({1, 1, 1, 1, 1})},              // keys
     };
     for (size_t i = 0; i < bad.size(); i++) {
         Reply r = call(bad[i]);
@@ -1560,6 +1637,15 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
     EXPECT_EQ(exists->integer, 0);
     r = call({"2", "lg", "k3", "decide", "1700000000000000", log_check + ok});
     ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+    EXPECT_EQ(r->element[0]->integer, 2);
+    // Nor a lean batch whose second check is bad.
+    r = call({"2", "k4", "k5", "lean", "1700000000000000", doubles({1, 1, 1, 1, 1, -1})});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->type, REDIS_REPLY_ERROR);
+    exists = rltest::command(conn_.get(), {"EXISTS", "k4", "k5"});
+    EXPECT_EQ(exists->integer, 0);
+    r = call({"2", "k4", "k5", "lean", "1700000000000000", doubles({1, 1, 1, 1, 1, 1})});
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY && r->elements == 10) << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
     EXPECT_EQ(r->element[0]->integer, 2);
 }
 
@@ -1586,6 +1672,30 @@ TEST_P(RedisDiff, ReadsTheEarlierHashLayout) {
     type = rltest::command(conn_.get(), {"TYPE", l.redis_key});
     EXPECT_EQ(std::string(type->str), "string");
     EXPECT_EQ(l.key.s.c, 5);
+}
+
+// The lean form reads what run reads: the earlier hash layout, and a lease zone's 96 bytes (its
+// state, then shares it ignores); it writes the 24-byte state.
+TEST_P(RedisDiff, LeanReadsTheOtherLayouts) {
+    const int64_t now = 1700000000LL * kSec + 300000;
+    Limit h(rltest::policy(rl::Algo::gcra, 10, kSec, 2), "hash", rl::KeyHash{5, 6});
+    h.key.s = rl::State{now + 150000, 0, 0};  // 1.5 tokens ahead
+    Reply r = rltest::command(conn_.get(), {"HSET", h.redis_key, "a", std::to_string(h.key.s.a), "b", "0", "c", "0"});
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_INTEGER);
+    Limit l(rltest::policy(rl::Algo::gcra, 10, kSec, 2), "lease", rl::KeyHash{7, 8});
+    l.key.s = rl::State{now + 50000, 0, 0};
+    r = rltest::command(conn_.get(), {"SET", l.redis_key, doubles({static_cast<double>(l.key.s.a), 0, 0}) +
+                                                              doubles({9, 9, 9, 9, 9, 9, 9, 9, 9})});
+    ASSERT_TRUE(r && r->type == REDIS_REPLY_STATUS);
+    run_batch({{&h}, {&l}, {&h}}, {{1}, {1}, {1}}, now, "other layouts");
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(counts_.lean_calls, 1);
+    // Burst 2, 3 tokens: the hash's key 1.5 + 1 fits, + 1 more does not; the lease's 0.5 + 1 fits.
+    EXPECT_EQ(counts_.groups_admitted, 2);
+    for (const Limit* k : {&h, &l}) {
+        Reply type = rltest::command(conn_.get(), {"STRLEN", k->redis_key});
+        EXPECT_EQ(type->integer, 24);
+    }
 }
 
 // After a FUNCTION FLUSH (or on a server that never loaded it), FCALL fails with "Function

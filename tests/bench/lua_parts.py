@@ -432,7 +432,10 @@ def main():
     text = open(lib).read()
     if checking:
         sys.exit(0 if check_protos(text, server) else 1)
-    cmd = [binary, "--algos", "gcra", "--quota", "run", "--raw", "--lenient", "--csv", os.path.join(tmp, "out.csv")]
+    # --form general: the variants change the general loop, which production's batches here (gcra,
+    # one policy, groups of one check) would otherwise skip for the lean form.
+    cmd = [binary, "--algos", "gcra", "--quota", "run", "--raw", "--lenient", "--form", "general",
+           "--csv", os.path.join(tmp, "out.csv")]
     for k, v in opts.items():
         cmd += [k, v]
     cmd += passed

@@ -51,6 +51,9 @@ struct Way {
     std::string function;      // fcall: the function's name, if not production's
     bool lenient = false;      // a variant's reply: any array (tests/bench/lua_parts.py)
     bool raw = false;          // no script: a GET and a SET per check (--raw)
+    // The decide command's form: the lean one when the batch allows it (production's), or the
+    // general one, which other scripts and lua_parts.py's variants take.
+    rl::BatchForm form = rl::BatchForm::general;
 };
 
 struct Workload {
@@ -62,6 +65,7 @@ struct Workload {
 size_t g_keys = 100000;      // --keys-count
 std::string g_hook;          // --hook
 bool g_run_quota = false;    // --quota run
+rl::BatchForm g_form = rl::BatchForm::best;  // production's ways (--form)
 constexpr size_t kInFlight = 4;
 
 rl::Policy policy_for(rl::Algo algo, bool hot) {
@@ -216,9 +220,9 @@ class Bench {
     }
 
     static std::string script_call(const Way& way, const std::vector<rl::RedisGroup>& groups) {
-        size_t len = rl::batch_command_len(way.script, false, "rlbench:", groups.data(), groups.size(), 0);
+        size_t len = rl::batch_command_len(way.script, false, "rlbench:", groups.data(), groups.size(), 0, way.form);
         std::string cmd(len, '\0');
-        rl::write_batch_command(cmd.data(), way.script, false, "rlbench:", groups.data(), groups.size(), 0);
+        rl::write_batch_command(cmd.data(), way.script, false, "rlbench:", groups.data(), groups.size(), 0, way.form);
         if (way.script == rl::CommandScript::evalsha) {
             size_t at = cmd.find(rl::script_sha1(false));
             cmd.replace(at, rl::kSha1HexLen, way.sha);
@@ -287,6 +291,7 @@ void usage() {
                  "usage: rl_redis_lua_bench [--rounds N] [--checks N] [--algos gcra,token,...] [--groups N]\n"
                  "                          [--keys hot|random] [--keys-count N] [--quota lua|run] [--raw]\n"
                  "                          [--no-fcall] [--eval NAME=FILE]... [--fcall NAME=FILE]... [--lenient]\n"
+                 "                          [--form best|general] [--general]\n"
                  "                          [--dump-script FILE] [--dump-library FILE] [--csv FILE] [--hook CMD]\n"
                  "  --rounds      measurements per workload and way; medians are reported   (5)\n"
                  "  --checks      checks per measurement                                    (6400)\n"
@@ -298,6 +303,10 @@ void usage() {
                  "                1000; windows 10^9/s and 1000/day), random keys sent once first (lua)\n"
                  "  --raw         also a GET and a SET ... PX per check, pipelined, no script\n"
                  "  --no-fcall    leave FCALL out (EVALSHA is the reference)\n"
+                 "  --form        the production ways' decide command: best (the lean form where the batch\n"
+                 "                allows it, as nginx sends it) or general (the general loop)      (best)\n"
+                 "  --general     also FCALL of production in the general form, as \"FCALL general\"\n"
+                 "                (the loop every batch took before the lean form)\n"
                  "  --eval        also measure EVALSHA of the production script in FILE, as NAME\n"
                  "  --fcall       also measure FCALL of the function library in FILE (FUNCTION LOAD's text,\n"
                  "                its function named as the library, in as many bytes as production's), as NAME\n"
@@ -320,12 +329,12 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, std::string>> extra, libraries;  // name, file
     std::vector<size_t> shapes = {64, 1};
     std::vector<bool> kinds = {false, true};
-    bool raw = false, fcall = true, lenient = false;
+    bool raw = false, fcall = true, lenient = false, general = false;
     std::string csv;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
-        if (a == "--raw" || a == "--no-fcall" || a == "--lenient") {
-            (a == "--raw" ? raw : a == "--lenient" ? lenient : fcall) = a != "--no-fcall";
+        if (a == "--raw" || a == "--no-fcall" || a == "--lenient" || a == "--general") {
+            (a == "--raw" ? raw : a == "--lenient" ? lenient : a == "--general" ? general : fcall) = a != "--no-fcall";
             continue;
         }
         if (i + 1 >= argc) usage();
@@ -354,6 +363,9 @@ int main(int argc, char** argv) {
             g_hook = v;
         } else if (a == "--keys-count") {
             g_keys = static_cast<size_t>(std::max(1, std::atoi(v.c_str())));
+        } else if (a == "--form") {
+            if (v != "best" && v != "general") usage();
+            g_form = v == "best" ? rl::BatchForm::best : rl::BatchForm::general;
         } else if (a == "--quota") {
             if (v != "lua" && v != "run") usage();
             g_run_quota = v == "run";
@@ -386,8 +398,10 @@ int main(int argc, char** argv) {
         }
         // EVALSHA first: the reference of the ratios
         ways.push_back(Way{"EVALSHA", rl::CommandScript::evalsha,
-                           load(c.get(), {"SCRIPT", "LOAD", std::string(rl::script_text(false))}), "", false, false});
-        if (fcall) ways.push_back(Way{"FCALL", rl::CommandScript::fcall, "", "", false, false});
+                           load(c.get(), {"SCRIPT", "LOAD", std::string(rl::script_text(false))}), "", false, false,
+                           g_form});
+        if (fcall) ways.push_back(Way{"FCALL", rl::CommandScript::fcall, "", "", false, false, g_form});
+        if (general) ways.push_back(Way{"FCALL general", rl::CommandScript::fcall, "", "", false, false});
         auto read = [](const std::string& file) {
             std::ifstream in(file, std::ios::binary);
             std::stringstream text;

@@ -45,6 +45,47 @@ size_t total_checks(const RedisGroup* groups, size_t ngroups) {
     return n;
 }
 
+// The lean form (redis_command.h): every group one check, every check gcra without delay or
+// block, of the first check's numbers, its cost not kNeedOne.
+bool lean_batch(const RedisGroup* groups, size_t ngroups) {
+    if (ngroups == 0 || groups[0].n != 1) return false;
+    const Policy& p = *groups[0].checks[0].policy;
+    if (p.algo != Algo::gcra || p.delay_level != kNoDelay || p.max_delay_units != kNoDelay || p.block_us != 0) {
+        return false;
+    }
+    for (size_t g = 0; g < ngroups; g++) {
+        if (groups[g].n != 1 || groups[g].checks[0].cost == kNeedOne) return false;
+        const Policy& q = *groups[g].checks[0].policy;
+        if (&q != &p && (q.algo != p.algo || q.burst != p.burst || q.refill != p.refill || q.token != p.token ||
+                         q.depth != p.depth || q.delay_level != p.delay_level ||
+                         q.max_delay_units != p.max_delay_units || q.block_us != p.block_us)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+size_t lean_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                    const RedisGroup* groups, size_t ngroups, int64_t now_us) {
+    const Policy& p = *groups[0].checks[0].policy;
+    Resp r(buf);
+    script_call_head(r, script, injected_time, ngroups, kArgvCount);
+    for (size_t g = 0; g < ngroups; g++) {
+        const RedisCheck& c = groups[g].checks[0];
+        r.bulk_key(prefix, c.zone, c.hash, Algo::gcra);
+    }
+    r.bulk("lean");
+    r.bulk_int(injected_time ? now_us : 0);
+    r.bulk_head(kLeanPolicyBytes + kLeanCheckBytes * ngroups);
+    r.le_double(p.burst);
+    r.le_double(p.refill);
+    r.le_double(p.token);
+    r.le_double(p.depth);
+    for (size_t g = 0; g < ngroups; g++) r.le_double(clamp_cost(groups[g].checks[0].cost));
+    r.end_bulk();
+    return r.size();
+}
+
 size_t script_command(char* buf, std::string_view mode, CommandScript script, bool injected_time,
                       std::string_view prefix, const RedisGroup* groups, size_t ngroups, int64_t now_us,
                       std::string_view call_id = {}) {
@@ -200,12 +241,15 @@ size_t reset_command(char* buf, CommandScript script, bool injected_time, std::s
 }
 
 size_t batch_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisGroup* groups,
-                         size_t ngroups, int64_t now_us) noexcept {
-    return script_command(nullptr, "decide", script, injected_time, prefix, groups, ngroups, now_us);
+                         size_t ngroups, int64_t now_us, BatchForm form) noexcept {
+    return write_batch_command(nullptr, script, injected_time, prefix, groups, ngroups, now_us, form);
 }
 
 size_t write_batch_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                           const RedisGroup* groups, size_t ngroups, int64_t now_us) noexcept {
+                           const RedisGroup* groups, size_t ngroups, int64_t now_us, BatchForm form) noexcept {
+    if (form == BatchForm::best && lean_batch(groups, ngroups)) {
+        return lean_command(buf, script, injected_time, prefix, groups, ngroups, now_us);
+    }
     return script_command(buf, "decide", script, injected_time, prefix, groups, ngroups, now_us);
 }
 

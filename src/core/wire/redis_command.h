@@ -47,6 +47,13 @@
 //   fewer per check to parse. For one group the reply
 //   is {1 if admitted else 0, now_us, ...}.
 //
+// The lean form of a decide call, for the common batch (write_batch_command sends it when it
+// can): every group one check, every check gcra of the same burst, refill, token and depth,
+// without delay or block, its cost not kNeedOne. KEYS as above; ARGV[1] = "lean", ARGV[2] as
+// above, ARGV[3] = the policy once, burst, refill, token, depth, then each check's cost (4 + n
+// doubles). The Lua decides it inline (src/core/wire/lua/13-lean.lua) exactly as `decide`
+// would the same batch, reads and writes the same keys and states, and replies as `decide`.
+//
 // decide: each group decides its checks at the same now; if all allow, each changed state is
 // kept and its key set to expire when the state is worth a fresh key's (the TTL of its last
 // change); otherwise the group changes nothing and its checks that would have allowed report
@@ -145,6 +152,8 @@ constexpr size_t kCallIdMax = 64;
 constexpr int64_t kCallMemoryMs = 10000;
 constexpr size_t kGroupBytes = 8;         // a group's number of checks
 constexpr size_t kCheckBytes = 8 * 13;    // algo .. weight_scale, cost, at, delay_level, max_delay_units, block_us
+constexpr size_t kLeanPolicyBytes = 8 * 4;  // burst, refill, token, depth
+constexpr size_t kLeanCheckBytes = 8;       // cost
 constexpr size_t kReplyHead = 2;          // admitted, now_us
 constexpr size_t kReplyPerCheck = 4;      // allowed, remaining, reset_us, retry_after_us or delay_us
 
@@ -154,11 +163,14 @@ inline size_t decide_reply_len(size_t nchecks) noexcept { return kReplyHead + kR
 
 // A decide call of ngroups groups whose keys start with `prefix` (no braces). injected_time
 // selects the test variant of the script, which decides at now_us; production passes false
-// (now_us is then not sent).
+// (now_us is then not sent). BatchForm::best sends the lean form when the batch allows it;
+// general never does (the tests compare the two).
+enum class BatchForm : uint8_t { best, general };
 size_t batch_command_len(CommandScript script, bool injected_time, std::string_view prefix, const RedisGroup* groups,
-                         size_t ngroups, int64_t now_us) noexcept;
+                         size_t ngroups, int64_t now_us, BatchForm form = BatchForm::best) noexcept;
 size_t write_batch_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                           const RedisGroup* groups, size_t ngroups, int64_t now_us) noexcept;
+                           const RedisGroup* groups, size_t ngroups, int64_t now_us,
+                           BatchForm form = BatchForm::best) noexcept;
 
 // A cheap upper bound of write_batch_command's production EVALSHA or FCALL (zone names of at
 // most kMaxZoneLen bytes): the request path sizes its buffer without measuring exactly.

@@ -9,6 +9,14 @@ local function ttl_ms(reset)
   return ms
 end
 
+-- A state GET returned that is not 24 bytes: a lease zone's (its shares follow, sync_command.h:
+-- not seen here), or the earlier layout (or WRONGTYPE from HMGET on anything else).
+local function odd_state(key, s)
+  if #s == 96 then return string.sub(s, 1, 24) end
+  local v = call('HMGET', key, 'a', 'b', 'c')
+  return spack('<ddd', tonum(v[1]) or 0, tonum(v[2]) or 0, tonum(v[3]) or 0)
+end
+
 -- Admits one check: what its decide_* returned as w = true, x, y, z. A batch (S) keeps its hash
 -- states, and the TTL of each from its last change, to write each key once, at the end; and so
 -- its concurrency keys (Z: see run), whose count it keeps; a log is written at once, so that

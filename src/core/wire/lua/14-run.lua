@@ -2,6 +2,7 @@
 local function run(keys, argv)
   bind()
   local mode, blob = argv[1], argv[3]
+  if mode == 'lean' then return lean(keys, argv) end
   local refunding, charging = mode == 'refund', mode == 'charge'
   -- ARGV[4]: a charge's or a refund's call id.
   if (mode ~= 'decide' and not refunding and not charging) or (#argv ~= 3 and (#argv ~= 4 or mode == 'decide')) then
@@ -87,13 +88,7 @@ local function run(keys, argv)
             if S then s = S[key] end
             if s == nil then
               s = pget('GET', key)
-              if s and #s == 96 then
-                s = string.sub(s, 1, 24)  -- a lease zone's shares follow (sync_command.h): not seen here
-              elseif s and #s ~= 24 then
-                -- The earlier layout (or WRONGTYPE from HMGET on anything else).
-                local v = call('HMGET', key, 'a', 'b', 'c')
-                s = spack('<ddd', tonum(v[1]) or 0, tonum(v[2]) or 0, tonum(v[3]) or 0)
-              end
+              if s and #s ~= 24 then s = odd_state(key, s) end
               if S then S[key] = s end
             end
             local a, b, c = 0, 0, 0
