@@ -15,7 +15,9 @@ constexpr ngx_msec_t kAskSoon = 100;  // after the master failed, not more often
 
 struct rl_sentinel_t {
     rl_redis_t* redis;
-    rl_conn_shared_t shared;  // the Sentinels' connections
+    rl_conn_shared_t shared;  // what the Sentinels' connections share (copied into `each`)
+    rl_conn_shared_t* each;   // one per Sentinel: its own error log's rate limit, so that every
+                              // unreachable Sentinel is named within a second or two
     rl_conn_t* conns;
     ngx_uint_t nconns;
     ngx_uint_t current;       // the Sentinel asked
@@ -148,7 +150,7 @@ bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply)
     if (reply->type == REDIS_REPLY_ERROR) {
         char text[rl::kLogTextCap];
         size_t n = rl::log_text(reply->str, reply->len, text, sizeof(text));
-        rl_redis_log_error(&st->shared, 0, "ratelimit redis \"%V\": sentinel at %V: handshake failed: %*s",
+        rl_redis_log_error(conn->shared, 0, "ratelimit redis \"%V\": sentinel at %V: handshake failed: %*s",
                            &redis->name, &conn->addr.name, n, text);
         return false;
     }
@@ -157,7 +159,7 @@ bool check_handshake(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply)
     if (mode == "sentinel") return true;
     char text[rl::kLogTextCap];
     size_t n = rl::log_text(mode.data(), mode.size(), text, sizeof(text));
-    rl_redis_log_error(&st->shared, 0, "ratelimit_redis \"%V\": %V is not a Sentinel (redis_mode: %*s): "
+    rl_redis_log_error(conn->shared, 0, "ratelimit_redis \"%V\": %V is not a Sentinel (redis_mode: %*s): "
                        "\"sentinel=%V\" needs the Sentinels' addresses in %s:%ui", &redis->name, &conn->addr.name,
                        n, text, &redis->sentinel, redis->file, redis->line);
     return false;
@@ -213,10 +215,13 @@ bool rl_sentinel_init(rl_redis_t* redis) noexcept {
     if (!build_handshake(st, pool)) return false;
     st->nconns = redis->addrs->nelts;
     st->conns = static_cast<rl_conn_t*>(ngx_pcalloc(pool, st->nconns * sizeof(rl_conn_t)));
-    if (st->conns == nullptr) return false;
+    st->each = static_cast<rl_conn_shared_t*>(ngx_palloc(pool, st->nconns * sizeof(rl_conn_shared_t)));
+    if (st->conns == nullptr || st->each == nullptr) return false;
     auto* addrs = static_cast<rl_redis_addr_t*>(redis->addrs->elts);
     for (ngx_uint_t i = 0; i < st->nconns; i++) {
-        rl_conn_init(&st->conns[i], &st->shared, addrs[i].addr, st);
+        st->each[i] = st->shared;
+        ngx_queue_init(&st->each[i].free_ops);
+        rl_conn_init(&st->conns[i], &st->each[i], addrs[i].addr, st);
         st->conns[i].tls_name = redis->ssl_name.len ? redis->ssl_name : addrs[i].host;
         if (redis->resolve && !addrs[i].literal &&
             !rl_resolve_watch(redis, &st->conns[i], addrs[i].host, addrs[i].port)) {
