@@ -41,6 +41,9 @@ sub browse {
     my $timeout = $o{timeout} // 60;
     my $dir = temp_dir('rl-browse');
     spew("$dir/steps.json", JSON::PP->new->encode($steps));
+    # Chromium is not the module: under ./build.sh test-asan it must not inherit the sanitizers'
+    # preloaded runtimes (it then never answers).
+    delete local @ENV{qw(LD_PRELOAD ASAN_OPTIONS UBSAN_OPTIONS)};
     my ($rc, $out) = run_cmd($timeout + 15, $PY, repo_root() . '/t/lib/cdp_page.py', '--chromium', $CHROMIUM,
         '--timeout', $timeout, "$dir/steps.json");
     my ($json) = $out =~ /^(\{.*\})\s*\z/ms;
