@@ -166,6 +166,43 @@ TEST(SharePool, NeedAdmittedAsFarAsThePoolHolds) {
     EXPECT_GT(r.retry_after_us, 0);
 }
 
+// A cold key's count ask (no share asked, want = need) on a key whose book holds other hosts'
+// shares: the book is settled first, and the need comes from the pool alone (never from the
+// bursts the shares hold), as far as it holds it; nothing else is granted.
+TEST(SharePool, CountAskTakesOnlyFromThePool) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 100, kSec, 9);  // C = 10, r 2T = 20 >= C
+    rl::State s;
+    rl::ShareBook b;
+    int64_t admitted = 0, moved = 0;
+    // Another host holds a share of half the rate and 5 units of the burst.
+    rl::share_grant(s, b, p, kT0, ask_for(0, S / 2, S / 2, 5), 0, 0, 2, &admitted, &moved);
+    ASSERT_EQ(b.burst[0], 5);
+    EXPECT_EQ(tokens_of(s, p, kT0), 5);  // the pool: C - B
+    rl::SyncItem it;
+    it.policy = &p;
+    it.hosts = 2;
+    it.want = it.need = 3;  // a count ask: it.share.epoch_us == 0
+    rl::SyncResult r = rl::sync_key(s, it, kT0, nullptr, &b);
+    EXPECT_EQ(r.granted, 3);
+    EXPECT_EQ(r.share.epoch_at, 0) << "no share granted";
+    EXPECT_EQ(b.burst[0], 5) << "the shares are kept";
+    EXPECT_EQ(tokens_of(r.global, p, kT0), 2);
+    r = rl::sync_key(r.global, it, kT0, nullptr, &b);
+    EXPECT_EQ(r.granted, 2) << "as far as the pool holds: the shares' bursts stay theirs";
+    EXPECT_EQ(tokens_of(r.global, p, kT0), 0);
+    rl::SyncResult none = rl::sync_key(r.global, it, kT0, nullptr, &b);
+    EXPECT_EQ(none.granted, 0);
+    EXPECT_GT(none.retry_after_us, 0);
+    // The pool refills at the rate no share holds (r / 2): 50 ms bring 2.5 units, not 5.
+    rl::SyncResult later = rl::sync_key(none.global, it, kT0 + 50 * kMs, nullptr, &b);
+    EXPECT_EQ(later.granted, 2);
+    // Without a book, a count ask is a plain grant of the need (a per-request check).
+    rl::ShareBook empty;
+    rl::SyncResult plain = rl::sync_key(rl::State{}, it, kT0, nullptr, &empty);
+    EXPECT_EQ(plain.granted, 3);
+    EXPECT_TRUE(empty.empty()) << "no book written for a count ask";
+}
+
 TEST(ShareHost, RefillsAtItsRateUpToItsBurstAndTakesTheSmallerShareAtABoundary) {
     rl::Policy p = rltest::policy(rl::Algo::gcra, 1000, kSec, 99);
     rl::HostShare h;

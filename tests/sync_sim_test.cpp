@@ -193,6 +193,8 @@ struct Faults {
     double loss = 0;        // each reply lost with this probability (sent again with its id every T, 5 s at most)
     int64_t skew = 0;       // each host's reading of Redis's clock is off by up to this (within its guard)
     int64_t guard = -1;     // the hosts' guard (-1: skew + 1 ms, as the engine's)
+    bool cold = false;      // leases and shares: a cold key's requests are asked for one by one
+                            // (count asks, want = need), as the engine does (sync.h, warmth_hot)
 };
 
 class Sim {
@@ -258,7 +260,11 @@ class Sim {
         rl::ShareAsks asks;             // shares: what it asked lately
         int64_t last_seen = 0;
         int64_t first_seen = 0;
+        rl::Warmth warmth;              // its requests' arrivals (Faults::cold)
     };
+
+    // Whether the key's requests are asked for one by one (Faults::cold).
+    bool cold(const Host& h, int64_t t) const { return faults_.cold && !rl::warmth_hot(h.warmth, t, sc_.T); }
 
     void push(int64_t t, int kind, int host, size_t msg) { q_.push(Event{t, seq_++, kind, host, msg}); }
 
@@ -297,6 +303,7 @@ class Sim {
             admit(h, t);
             return;
         }
+        rl::warmth_arrival(h.warmth, t, sc_.T);
         if (rl::lease_take(h.k.lease, sc_.p, t, 1)) {
             admit(h, t);
             return;
@@ -317,6 +324,10 @@ class Sim {
         // More than the capacity never fits: those beyond it wait for the surplus with the next.
         it.need = std::min(h.pending, sc_.p.capacity());
         it.want = h.pending + want_of(h, t);
+        if (cold(h, t)) {
+            it.want = it.need;  // a count ask: exactly what the requests cost
+            cold_asks_++;
+        }
         send_ask(h, host, it, t);
     }
 
@@ -344,7 +355,8 @@ class Sim {
             h.k.lease = rl::Lease{};
         }
         int64_t want = want_of(h, t);
-        if (rl::lease_usable(h.k.lease, sc_.p, t) * 2 < want && h.recent.size() > 0) it.want = want;
+        bool ahead = !faults_.cold || h.k.lease.units > 0 || rl::warmth_hot(h.warmth, t, sc_.T);
+        if (ahead && rl::lease_usable(h.k.lease, sc_.p, t) * 2 < want && h.recent.size() > 0) it.want = want;
         if (it.want > 0 || it.give_back > 0) send(host, it, t);
     }
 
@@ -355,6 +367,7 @@ class Sim {
             return;
         }
         msg.ran = true;
+        if (msg.item.need > 0 && msg.item.share.epoch_us == 0 && !book_.empty()) cold_under_book_++;
         msg.result = rl::sync_key(global_, msg.item, t, nullptr, &book_);
         global_ = msg.result.global;
         msg.redis_at = t;
@@ -400,6 +413,7 @@ class Sim {
     void share_arrival(Host& h, int host, int64_t t) {
         const int64_t ht = t + h.skew;
         h.seen.push_back(t);
+        rl::warmth_arrival(h.warmth, ht, sc_.T);
         if (h.last_seen <= t - 2 * epoch_) h.first_seen = t;  // a key new, or idle since its shares went back
         h.last_seen = t;
         if (rl::share_take(h.share, sc_.p, ht, guard_, 1)) {
@@ -428,6 +442,12 @@ class Sim {
         it.need = std::min(h.pending, sc_.p.capacity());
         const int64_t ht = t + h.skew;
         bool cold = !rl::share_holds(h.share, rl::window_start(ht, epoch_));
+        if (cold && this->cold(h, ht)) {
+            it.want = it.need;  // a count ask: from the pool, no share asked
+            cold_asks_++;
+            send_ask(h, host, it, t);
+            return;
+        }
         it.share = cold ? rl::share_cold_ask(sc_.p, epoch_, sc_.hosts, ht) : rl::share_draw_ask(epoch_);
         it.want = rl::share_units_wanted(it.share);  // units wanted in its new bucket
         if (cold) h.asks.asked_more = rl::window_start(ht, epoch_);
@@ -445,6 +465,7 @@ class Sim {
             return;
         }
         if (idle || h.asking > 0) return;
+        if (faults_.cold && !rl::share_holds_any(h.share) && !rl::warmth_hot(h.warmth, ht, sc_.T)) return;
         it.share = rl::share_round_ask(h.share, h.asks, sc_.p, epoch_, ht, demand_of(h, t));
         it.want = rl::share_units_wanted(it.share);
         if (it.share.epoch_us == 0) return;
@@ -501,6 +522,8 @@ class Sim {
     int64_t share_refused_ = 0;  // shares: rejected by the host's own share
     int64_t calls_ = 0;          // script calls sent (resends included)
     int64_t lost_ = 0;
+    int64_t cold_asks_ = 0;        // count asks of cold keys (Faults::cold)
+    int64_t cold_under_book_ = 0;  // ... that Redis took from the pool of a key whose book held shares
 
     int64_t refused_waiting_ = 0;  // lease: requests that waited for an ask in flight, in vain
     int64_t refused_replies_ = 0;  // replies outside the rule of sync_reply.h: none may be
@@ -701,6 +724,40 @@ TEST(SyncSim, SharesNeverOvershoot) {
                 100 * roomy_sum / std::max(roomy_runs, 1), 100 * roomy_worst);
     EXPECT_GT(lost, 100) << "replies were lost: the replay path ran";
     EXPECT_GT(share_rejects, 0) << "hosts rejected on their own share";
+}
+
+// Cold keys asked per request (Faults::cold: count asks, want = need, no share asked, nothing
+// ahead until two requests come within an interval), mixed with hosts that hold leases and
+// shares of the same key: still no admission beyond one limiter. A count ask on a key whose
+// book holds other hosts' shares takes only from the pool.
+TEST(SyncSim, ColdKeysNeverOvershoot) {
+    int64_t cold_asks = 0, under_book = 0;
+    int runs = 0;
+    for (const Scenario& sc : scenarios(500)) {
+        if (sc.seed % 2 != 0) continue;
+        auto arrivals = make_arrivals(sc);
+        for (Mode mode : {Mode::lease, Mode::shares}) {
+            if (mode == Mode::shares && !rl::is_bucket(sc.p.algo)) continue;
+            Faults f;
+            f.cold = true;
+            if (mode == Mode::shares && sc.seed % 3 == 0) f.loss = 0.2;
+            if (mode == Mode::shares && sc.seed % 4 == 1) f.skew = sc.L / 2 + 500;
+            Sim sim(sc, mode, f);
+            std::vector<int64_t> adm = sim.run(arrivals);
+            const char* m = mode == Mode::lease ? "lease" : "shares";
+            EXPECT_EQ(sim.refused_replies_, 0) << sc.name() << " " << m << ": a genuine reply refused (" << sim.first_fault_ << ")";
+            size_t refused = beyond_one_limiter(sc.p, adm);
+            ASSERT_EQ(refused, 0u) << sc.name() << " " << m << ": " << refused << " of " << adm.size()
+                                   << " admissions beyond one limiter";
+            cold_asks += sim.cold_asks_;
+            under_book += sim.cold_under_book_;
+            runs++;
+        }
+    }
+    std::printf("cold keys: %d runs, zero overshoot; %lld count asks, %lld of them on a key whose book held shares\n",
+                runs, static_cast<long long>(cold_asks), static_cast<long long>(under_book));
+    EXPECT_GT(cold_asks, 1000) << "keys were cold";
+    EXPECT_GT(under_book, 100) << "count asks met other hosts' shares";
 }
 
 // Replies lost more often (3 in 10): a round's "more of the current epoch" moves units of the

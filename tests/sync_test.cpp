@@ -9,6 +9,7 @@
 
 #include "algo_test_util.h"
 #include "core/algo/exact_math.h"
+#include "core/reconcile/sync_command.h"
 
 namespace {
 
@@ -255,6 +256,63 @@ TEST(SyncLease, BucketsDrainFromTheirTopAndGiveBackOnlyOnTop) {
     rl::lease_add(c, p, kT0 + 100000, 2, rl::apply_delta(rl::State{}, p, kT0, rl::Delta{9, 0, kT0}));
     EXPECT_EQ(c.units, 3);  // one of the first two had drained
     EXPECT_EQ(c.top, 3 * p.token);
+}
+
+// A lease pays once a key sees two requests within one interval (sync.h, Warmth): until then
+// its requests are asked for one by one.
+TEST(SyncLease, ColdUntilTwoRequestsWithinAnInterval) {
+    constexpr int64_t T = 100000;
+    rl::Warmth w;
+    EXPECT_FALSE(rl::warmth_hot(w, kT0, T));
+    rl::warmth_arrival(w, kT0, T);
+    EXPECT_FALSE(rl::warmth_hot(w, kT0, T)) << "one request: cold";
+    rl::warmth_arrival(w, kT0 + T, T);
+    EXPECT_FALSE(rl::warmth_hot(w, kT0 + T, T)) << "the next one an interval later: still cold";
+    rl::warmth_arrival(w, kT0 + 2 * T + 1, T);
+    EXPECT_FALSE(rl::warmth_hot(w, kT0 + 2 * T + 1, T));
+    rl::warmth_arrival(w, kT0 + 3 * T, T);  // within one interval of the one before
+    EXPECT_TRUE(rl::warmth_hot(w, kT0 + 3 * T, T)) << "two within one interval: hot";
+    EXPECT_TRUE(rl::warmth_hot(w, kT0 + 4 * T - 1, T)) << "for one interval from that request";
+    EXPECT_FALSE(rl::warmth_hot(w, kT0 + 4 * T, T));
+    rl::warmth_arrival(w, kT0 + 5 * T, T);  // after a pause: cold again
+    EXPECT_FALSE(rl::warmth_hot(w, kT0 + 5 * T, T));
+    // Several at once (the same loop turn) are within one interval.
+    rl::Warmth burst;
+    rl::warmth_arrival(burst, kT0, T);
+    rl::warmth_arrival(burst, kT0, T);
+    EXPECT_TRUE(rl::warmth_hot(burst, kT0, T));
+    // A clock that went back (another worker's reading) counts as close, and never moves it back.
+    rl::Warmth back;
+    rl::warmth_arrival(back, kT0 + 10, T);
+    rl::warmth_arrival(back, kT0, T);
+    EXPECT_TRUE(rl::warmth_hot(back, kT0 + 10, T));
+    EXPECT_EQ(back.arrived_at, kT0 + 10);
+}
+
+// A cold key's count ask (want = need, no share asked) is one per-request check: Redis grants
+// exactly the need or nothing, and the state moves by that grant alone.
+TEST(SyncLease, ColdAskIsOnePerRequestCheck) {
+    for (rl::Algo a : kSyncAlgos) {
+        rl::Policy p = pol(a, 10, kSec, 3);
+        rl::SyncItem it;
+        it.policy = &p;
+        it.hosts = 3;
+        it.want = it.need = 2;
+        rl::State s;
+        int64_t admitted = 0;
+        for (int k = 0; k < 10; k++) {
+            rl::Decision d;
+            rl::SyncResult r = rl::sync_key(s, it, kT0 + k, &d);
+            rl::Decision one = rl::decide(s, p, kT0 + k, 2);  // (no delay= here: a grant is unshaped)
+            EXPECT_EQ(r.granted, one.allowed ? 2 : 0) << rl::algo_name(a) << " ask " << k;
+            if (one.allowed) {
+                EXPECT_EQ(r.global, one.next) << rl::algo_name(a) << " ask " << k;
+            }
+            admitted += r.granted;
+            s = r.global;
+        }
+        EXPECT_EQ(admitted, p.capacity() / 2 * 2) << rl::algo_name(a);
+    }
 }
 
 }  // namespace

@@ -75,6 +75,17 @@ ShareGrant share_grant(State& s, ShareBook& b, const Policy& p, int64_t now, con
                        int64_t tokens, int64_t hosts, int64_t* admitted, int64_t* moved) {
     ShareGrant g;
     *admitted = *moved = 0;
+    if (ask.epoch_us <= 0 && need > 0) {
+        // A count ask (a cold key's requests, sync.h warmth_hot; or a key whose policy keeps
+        // count leases): its need from the pool, as a draw's, nothing else. The pool is floored
+        // at the bursts the book holds, so the units come from what no share holds.
+        int64_t level = bucket_level(s, p, now);
+        if (level < p.depth) {
+            *admitted = min64(min64(need, p.capacity()), (p.depth - level) / p.token);
+            if (*admitted > 0) s = bucket_at_level(s, p, now, level + *admitted * p.token);
+        }
+        return g;
+    }
     if (ask.epoch_us <= 0 || !share_fits(p, ask.epoch_us)) return g;
     if (b.empty()) {
         b = ShareBook{};

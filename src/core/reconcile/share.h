@@ -83,6 +83,8 @@ void share_give_back(ShareBook& book, const ShareAsk& ask);
 ShareGrant share_grant(State& s, ShareBook& book, const Policy& p, int64_t now, const ShareAsk& ask, int64_t need,
                        int64_t tokens, int64_t hosts, int64_t* admitted, int64_t* moved);
 
+// A count ask (ask.epoch_us == 0: a cold key's requests, or a count lease's) gets its `need`
+// from the pool as far as it holds it, and nothing else.
 // When nothing of the book is in force any more: the key's TTL must reach at least that far.
 inline int64_t share_book_end(const ShareBook& b) { return b.empty() ? 0 : b.epoch_at + 2 * b.epoch_us; }
 

@@ -220,6 +220,16 @@ bool lease_take(Lease& l, const Policy& p, int64_t now, int64_t cost) {
     return true;
 }
 
+void warmth_arrival(Warmth& w, int64_t now, int64_t interval_us) {
+    // A clock that went back (another worker's reading, an offset's step) counts as close.
+    if (w.arrived_at != 0 && now - w.arrived_at < interval_us) w.warm_at = now;
+    if (now > w.arrived_at) w.arrived_at = now;
+}
+
+bool warmth_hot(const Warmth& w, int64_t now, int64_t interval_us) {
+    return w.warm_at != 0 && now - w.warm_at < interval_us;
+}
+
 State give_back(const State& s, const Policy& p, int64_t now, int64_t units, int64_t at, int64_t top) {
     if (units <= 0) return s;
     State n = s;

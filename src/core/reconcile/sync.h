@@ -109,6 +109,24 @@ void lease_add(Lease& l, const Policy& p, int64_t now, int64_t granted, const St
 // Spends `cost` usable units; false (nothing spent) if fewer are usable.
 bool lease_take(Lease& l, const Policy& p, int64_t now, int64_t cost);
 
+// sync_mode=lease: whether a lease pays for a key. A key asked once costs Redis a grant and a
+// give-back, about three per-request checks; one seen twice within an interval or more often,
+// less than one (tests/bench/README.md, "Lease zones with many keys"). So a key is *cold* (its
+// requests are asked for exactly what they cost, as a per-request check: no lease ahead,
+// nothing to give back) until a request comes within one interval of the one before it; it is
+// then *hot* for one interval from that request.
+struct Warmth {
+    int64_t arrived_at = 0;  // the key's last request (the zone's clock); 0: none yet
+    int64_t warm_at = 0;     // the last request that came within one interval of the one before it
+};
+static_assert(sizeof(Warmth) == 16, "kept in shared-memory slots");
+
+// Counts a request arriving at `now` (once per request).
+void warmth_arrival(Warmth& w, int64_t now, int64_t interval_us);
+// Whether the key is hot at `now`: a request within one interval of the one before it, in the
+// last interval.
+bool warmth_hot(const Warmth& w, int64_t now, int64_t interval_us);
+
 // Redis's side of a give-back: the state after returning `units` unspent units of a lease
 // (at, top as in Lease). Windows: rl::refund at `at` (the window they count in). Buckets: the
 // level drops by the units still usable at `now`, only when nothing was granted above them

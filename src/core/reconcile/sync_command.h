@@ -65,7 +65,7 @@ struct SyncResult {
 // or an item asking shares, goes the shares' way instead (at max(now, the book's settled_at)):
 // share_settle, share_give_back, the delta poured then (less `give_back`: the units of the host's
 // bucket given back with its shares), share_grant (`need` admitted from the pool, `want` units
-// moved into a first share's bucket: granted = both); count-lease asks get nothing there. Its state and book are written on every call, for
+// moved into a first share's bucket: granted = both); a count ask (no share asked: a cold key's requests) gets its `need` from the pool, as far as it holds it. Its state and book are written on every call, for
 // the TTL of the decision plus the rest of the book's epochs.
 SyncResult sync_key(const State& s, const SyncItem& item, int64_t now, Decision* decision = nullptr,
                     ShareBook* book = nullptr) noexcept;

@@ -52,6 +52,7 @@ rl::Decision share_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
     }
     if (!(res.flags & RL_SYNC_WAITED)) {
         k->spent += res.cost;  // its demand: every arrival, once
+        rl::warmth_arrival(k->warmth, now, zone->sync_us);
         if (k->used_at == 0 || now - k->used_at >= 2 * epoch) k->asks.since = now;  // a run begins
         k->used_at = now;
         rl_sync_mark(zone->sync_shm, rl::table_ref(zone->table, slot));  // its next share is asked at the round
@@ -97,6 +98,7 @@ rl::Decision lease_decide(rl_result_t& res, rl::Slot* slot, int64_t now, bool do
     const rl::Policy& p = res.applied->policy;
     if (rl_sync_shares(res.applied->zone, p)) return share_decide(res, slot, now, down);
     rl_sync_key_t* k = rl_sync_key(slot);
+    if (!(res.flags & RL_SYNC_WAITED)) rl::warmth_arrival(k->warmth, now, res.applied->zone->sync_us);
     int64_t usable = rl::lease_usable(k->lease, p, now);
     if ((res.flags & RL_SYNC_GRANTED) || usable >= res.cost) {  // granted for it, or in the lease
         if (res.flags & RL_SYNC_GRANTED) usable += res.cost;
@@ -169,9 +171,12 @@ void sync_commit(rl_result_t& res, rl::Slot* slot) noexcept {
         res.flags &= ~RL_SYNC_GRANTED;
         k->spent += res.cost;
         k->used_at = res.at;
-        // Less left than half an interval's use: more is asked for before it runs out.
+        // Less left than half an interval's use: more is asked for before it runs out (a cold
+        // key's requests are asked for one by one).
         int64_t use = k->rate > k->spent ? k->rate : k->spent;
-        if (res.decision.remaining * 2 < use) rl_sync_ask_ahead(zone, slot, &p, res.at);
+        if (res.decision.remaining * 2 < use && rl_sync_asks_ahead(zone, k, res.at)) {
+            rl_sync_ask_ahead(zone, slot, &p, res.at);
+        }
     } else {
         // optimistic, or lease while Redis is away: Redis adds it at the next sync
         rl::State& s = (res.flags & RL_SYNC_LOCAL) ? k->fallback : slot->state;

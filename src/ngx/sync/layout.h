@@ -26,10 +26,11 @@ struct rl_sync_key_t {
     rl::State fallback;   // lease while Redis is away: the local limit / hosts
     int64_t refresh_at;   // a view that rejects asks Redis again from then (zone clock; lease: before retry_at)
     int64_t refresh;      // optimistic: 1: the next round sends the key, with or without a delta
+    rl::Warmth warmth;    // lease: its requests' arrivals: cold keys are asked per request (sync.h)
 };
 static_assert(sizeof(rl_sync_key_t) % 8 == 0, "kept in shared-memory slots");
 
-constexpr uint32_t kRlSyncMagic = 0x524c5334;  // "RLS4": bump when the layout changes
+constexpr uint32_t kRlSyncMagic = 0x524c5335;  // "RLS5": bump when the layout changes
 constexpr size_t kRlHostIdLen = 48;
 
 // Per zone, at the start of its block, then `cap` dirty slot references, then `cap` flags.
@@ -84,6 +85,12 @@ inline bool rl_sync_shares(const rl_zone_t* zone, const rl::Policy& p) {
     const int64_t epoch = rl_sync_epoch_us(zone);
     return zone->sync_mode == RL_SYNC_LEASE && rl::share_fits(p, epoch) &&
            static_cast<__int128>(p.requests) * epoch >= static_cast<__int128>(p.capacity()) * p.period_us;
+}
+// A count lease (not shares): whether the key asks ahead of its requests, for two intervals at
+// its rate. Not while it is cold (core/reconcile/sync.h, warmth_hot): its requests are asked
+// for what they cost, and nothing is left to give back.
+inline bool rl_sync_asks_ahead(const rl_zone_t* zone, const rl_sync_key_t* k, int64_t now) {
+    return k->lease.units > 0 || rl::warmth_hot(k->warmth, now, zone->sync_us);
 }
 inline int64_t rl_sync_guard_us(const rl_zone_t* zone) {
     return zone->sync_shm->clock_error_us > 0 ? zone->sync_shm->clock_error_us : 1000;

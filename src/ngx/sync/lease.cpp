@@ -107,8 +107,11 @@ void unneed(rl_sync_batch_t* b, rl_ctx_t* ctx) {
 
 // A lease ask for one key (zone locked): two intervals at its recent rate (the last round's or
 // this one's so far; `need` is added by the caller), and what it admitted while Redis was away.
+// A cold key's requests (`waiting`, core/reconcile/sync.h warmth_hot) holding no share are asked
+// for exactly what they cost (`need`, a count ask: no share even where buckets share), as a
+// per-request check: nothing is left to give back.
 rl_sync_item_t* ask_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo, const rl::Policy* policy,
-                         int64_t now) {
+                         int64_t now, bool waiting) {
     rl::Slot* slot = rl::table_acquire(b->zs->zone->table, hash, algo, nullptr);
     rl_sync_key_t* k = rl_sync_key(slot);
     rl_sync_item_t* it = rl_sync_item_push(b, slot, policy);
@@ -116,7 +119,15 @@ rl_sync_item_t* ask_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t al
     k->burst = policy->burst;
     k->asked_at = now;
     rl_zone_t* zone = b->zs->zone;
-    if (rl_sync_shares(zone, *policy)) {
+    const bool cold = waiting && !rl::warmth_hot(k->warmth, now, zone->sync_us);
+    const bool shares = rl_sync_shares(zone, *policy);
+    if (cold && (!shares || !rl::share_holds(k->share, rl::window_start(now, rl_sync_epoch_us(zone))))) {
+        it->si.want = 0;  // the caller adds the need
+        it->si.delta = k->unsent;
+        k->unsent = rl::Delta{};
+        return it;
+    }
+    if (shares) {
         // A share for the current epoch if it holds none, else units of the pool (`need`, added
         // by the caller); what it admitted while Redis was away goes with it.
         const int64_t epoch = rl_sync_epoch_us(zone);
@@ -147,7 +158,7 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
         const rl_ahead_t& a = g_ahead[i];
         if (a.zs != zs || rl_sync_item_find(b, a.hash, a.algo) != nullptr) continue;
         if (b == nullptr && (b = rl_sync_batch_new(zs, true)) == nullptr) break;
-        ask_item(b, a.hash, a.algo, a.policy, now);
+        ask_item(b, a.hash, a.algo, a.policy, now, false);
     }
     for (ngx_queue_t* q = ngx_queue_head(&g_waiting); q != ngx_queue_sentinel(&g_waiting); q = ngx_queue_next(q)) {
         rl_lease_wait_t* w = ngx_queue_data(q, rl_lease_wait_t, link);
@@ -167,7 +178,7 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
                     continue;
                 }
                 if (b == nullptr && (b = rl_sync_batch_new(zs, true)) == nullptr) break;
-                if ((it = ask_item(b, res.hash, algo, &res.applied->policy, now)) == nullptr) continue;
+                if ((it = ask_item(b, res.hash, algo, &res.applied->policy, now, true)) == nullptr) continue;
             }
             rl_lease_wait_t** slot = b->waiters.push(rl_sync_log);
             if (slot == nullptr) continue;  // out of memory: that request falls back

@@ -122,7 +122,9 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                 if (holds && (final || now - k->used_at >= 2 * epoch)) {
                     si.share = rl::share_give_back_ask(k->share, *p, now, rl_sync_guard_us(zone), &si.give_back);
                     holds = false;
-                } else if (!final && units > 0 && (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
+                } else if (!final && units > 0 && (holds || rl::warmth_hot(k->warmth, now, zone->sync_us)) &&
+                           (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
+                    // (A cold key holding no share asks none: its requests are asked for one by one.)
                     si.share = rl::share_round_ask(k->share, k->asks, *p, epoch, now, demand);
                     si.want = rl::share_units_wanted(si.share);
                     if (si.share.epoch_us > 0) k->asked_at = now;
@@ -139,7 +141,8 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                     si.give_back_at = k->lease.at;
                     si.give_back_top = k->lease.top;
                     k->lease = rl::Lease{};
-                } else if (k->rate > 0 && usable < k->rate && (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
+                } else if (k->rate > 0 && usable < k->rate && rl_sync_asks_ahead(zone, k, now) &&
+                           (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
                     // Ask ahead: two intervals at the recent rate. Not beside an ask in flight:
                     // grants answered out of order stack lower than they are.
                     si.want = 2 * k->rate - usable;

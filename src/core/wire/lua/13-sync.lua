@@ -240,6 +240,14 @@ local function sync(keys, argv)
         if level < bk[5] * tok then level = bk[5] * tok end
         a, b, c = with_level(algo, a, b, c, t, level, refill, depth)
       end
+    elseif ep == 0 and need > 0 then
+      -- A count ask (a cold key's requests): its need from the pool, as far as it holds it.
+      local level = level_at(algo, a, b, c, t, refill, depth)
+      if level < depth then
+        local room = depth - level
+        granted = min(min(need, burst + 1), (room - room % tok) / tok)
+        if granted > 0 then a, b, c = with_level(algo, a, b, c, t, level + granted * tok, refill, depth) end
+      end
     end
     return a, b, c, bk, granted, g
   end
