@@ -203,14 +203,17 @@ for my $dir (['', ' sync=1s', 'adding'], [' sync=1s', '', 'removing']) {
     $n3->stop;
 }
 
-# Lease: a stop gives back what the host holds.
+# Lease: a stop gives back what the host holds. A key asked once is cold: its request is
+# granted what it costs and nothing more (t/65-sync-lease-cold.t); a second within the interval
+# makes it hot: its ask takes a lease ahead.
 {
     my $n3 = start_nginx(http('lease', '1s'));
     my $k = fresh_key('lw');
     is(($n3->get("/lw?k=$k"))[0], 200, 'lease: one admitted');
-    # the grant it waited for was 1 unit; spent at once, the budget is low: 2 more asked ahead
-    ok(wait_global('lw', $k, 2), 'lease: the spent budget is topped up in the background (2 units held)');
-    is(($n3->get("/lw?k=$k"))[0], 200, 'lease: the next request spends one without waiting');
+    ok(wait_global('lw', $k, 4), 'lease: a cold key is granted the one unit its request costs');
+    is(($n3->get("/lw?k=$k"))[0], 200, 'lease: a second within the interval admitted');
+    # hot: two intervals at its rate (1 so far) asked, its need spent at the grant: 1 unit held
+    ok(wait_global('lw', $k, 2), 'lease: a hot key\'s ask takes a unit ahead (1 unit held)');
     $n3->stop;
     is(global_left('lw', $k), 3, 'lease: the stop gave the unspent unit back (2 admitted in all)');
 }
