@@ -427,14 +427,21 @@ bool rejected_here(rl_ctx_t* ctx) {
 // Sends the request's Redis checks; returns the number of calls now in flight.
 ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ngx_uint_t n = ctx->nresults, nredis = 0;
-    for (ngx_uint_t i = 0; i < n; i++) nredis += ctx->results[i].store == RL_STORE_REDIS;
+    bool cluster = false;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        const rl_result_t& res = ctx->results[i];
+        if (res.store != RL_STORE_REDIS) continue;
+        nredis++;
+        cluster = cluster || res.applied->zone->redis->cluster;
+    }
     if (nredis == 0) return 0;  // (every key of its zones was empty)
     if (rejected_here(ctx)) return 0;
-    // At most one call per result; each result's index goes into exactly one call.
-    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(ctx->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
-    auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(ctx->pool, n * sizeof(ngx_uint_t)));
-    auto* slots = static_cast<uint16_t*>(ngx_palloc(ctx->pool, n * sizeof(uint16_t)));
-    if (cs == nullptr || indices == nullptr || slots == nullptr) {
+    // One allocation: at most one call per result, each result's index in exactly one call, the
+    // checks as the command takes them, and in a cluster each result's slot.
+    size_t calls_bytes = sizeof(rl_calls_t) + n * sizeof(rl_call_t);
+    size_t bytes = calls_bytes + n * (sizeof(ngx_uint_t) + sizeof(rl::RedisCheck)) + (cluster ? n * sizeof(uint16_t) : 0);
+    auto* cs = static_cast<rl_calls_t*>(ngx_palloc(ctx->pool, bytes));
+    if (cs == nullptr) {
         for (ngx_uint_t i = 0; i < n; i++) {
             if (ctx->results[i].store != RL_STORE_REDIS) continue;
             ctx->results[i].store = RL_STORE_FAILED;
@@ -442,9 +449,14 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
         }
         return 0;
     }
+    ngx_memzero(cs, calls_bytes);
     cs->calls = reinterpret_cast<rl_call_t*>(cs + 1);
+    auto* indices = reinterpret_cast<ngx_uint_t*>(cs->calls + n);
+    static_assert(alignof(rl::RedisCheck) <= alignof(ngx_uint_t), "the checks follow the indices");
+    auto* rchecks = reinterpret_cast<rl::RedisCheck*>(indices + n);
+    uint16_t* slots = cluster ? reinterpret_cast<uint16_t*>(rchecks + n) : nullptr;
     ctx->store_data[RL_STORE_ID_REDIS] = cs;
-    for (ngx_uint_t i = 0; i < n; i++) {
+    for (ngx_uint_t i = 0; slots != nullptr && i < n; i++) {
         const rl_result_t& res = ctx->results[i];
         slots[i] = res.store == RL_STORE_REDIS && res.applied->zone->redis->cluster ? rl_redis_slot_of(res) : 0;
     }
@@ -455,7 +467,7 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
         for (ngx_uint_t i = 0; i < n; i++) {
             rl_result_t& res = ctx->results[i];
             if (res.store != RL_STORE_REDIS) continue;
-            rl_call_t* call = call_for(cs, ctx, res, slots[i]);
+            rl_call_t* call = call_for(cs, ctx, res, slots != nullptr ? slots[i] : 0);
             if (pass == 1) call->checks[call->nchecks] = i;
             call->nchecks++;
         }
@@ -463,6 +475,7 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
         ngx_uint_t offset = 0;
         for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
             cs->calls[k].checks = indices + offset;
+            cs->calls[k].rchecks = rchecks + offset;
             offset += cs->calls[k].nchecks;
             cs->calls[k].nchecks = 0;
         }
@@ -470,9 +483,8 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
 
     for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
         rl_call_t* call = &cs->calls[k];
-        call->rchecks = checks_of(call, static_cast<rl::RedisCheck*>(
-                                                 ngx_palloc(ctx->pool, call->nchecks * sizeof(rl::RedisCheck))));
-        if (call->rchecks != nullptr && queue_call(call, false)) {
+        checks_of(call, call->rchecks);
+        if (queue_call(call, false)) {
             cs->waiting++;
         } else {
             call_failed(call);
