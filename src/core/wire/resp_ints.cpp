@@ -5,22 +5,21 @@ namespace rl {
 namespace {
 
 // One "<digits>\r\n" number at in[*at, len), after its type byte. kMore if it may continue.
-RespInts number(const char* in, size_t len, size_t* at, bool sign_ok, int64_t* value) {
+inline RespInts number(const char* in, size_t len, size_t* at, bool sign_ok, int64_t* value) {
     size_t p = *at;
     bool negative = sign_ok && p < len && in[p] == '-';
-    if (negative) p++;
+    p += negative;
     size_t first = p;
+    // 19 digits hold every int64: a 20th is looked at only to be refused.
+    size_t stop = len - p > 20 ? p + 20 : len;
     uint64_t v = 0;
-    // 19 digits hold every int64; the 20th would overflow.
-    constexpr uint64_t kMax = static_cast<uint64_t>(INT64_MAX);
-    for (; p < len && in[p] >= '0' && in[p] <= '9'; p++) {
-        if (p - first >= 19) return RespInts::kOther;
-        v = v * 10 + static_cast<uint64_t>(in[p] - '0');
-    }
+    for (unsigned d; p < stop && (d = static_cast<unsigned char>(in[p]) - unsigned{'0'}) <= 9; p++) v = v * 10 + d;
     if (p == len) return RespInts::kMore;
     size_t ndigits = p - first;
-    if (ndigits == 0 || (ndigits > 1 && in[first] == '0') || (negative && v == 0)) return RespInts::kOther;
-    if (v > kMax + (negative ? 1 : 0)) return RespInts::kOther;
+    if (ndigits == 0 || ndigits > 19 || (ndigits > 1 && in[first] == '0') || (negative && v == 0)) {
+        return RespInts::kOther;
+    }
+    if (v > static_cast<uint64_t>(INT64_MAX) + (negative ? 1 : 0)) return RespInts::kOther;
     if (in[p] != '\r') return RespInts::kOther;
     if (p + 1 == len) return RespInts::kMore;
     if (in[p + 1] != '\n') return RespInts::kOther;
