@@ -19,8 +19,10 @@ import sys
 
 # (part, regular expression on "object:function") in order: the first that matches names it.
 NGINX = [
-    ("hiredis: parse the reply", r"libhiredis|:(?:\(anonymous namespace\)::)?(create_integer|create_array|create_string"
-                                 r"|create_nil|reply_object|arena_alloc|arena_reset|free_object)\b"),
+    ("parse the reply (hiredis; a decide reply's integers: resp_ints)", r"libhiredis|:(?:\(anonymous namespace\)::)?"
+                                 r"(create_integer|create_array|create_string"
+                                 r"|create_nil|reply_object|arena_alloc|arena_reset|free_object)\b|"
+                                 r":rl::parse_int_array|resp_ints\.cpp"),
     ("module: build the command", r":rl::(write_batch_command|batch_command_bound|batch_command_len|redis_key|"
                                   r"script_call_head|Resp::|\(anonymous namespace\)::script_command|"
                                   r"\(anonymous namespace\)::write_group)|:\(anonymous namespace\)::checks_of|"
@@ -30,10 +32,11 @@ NGINX = [
                                   r"on_flush|arm_watchdog)\b|:rl_node_send|:rl_conn_send|:rl_node_can_take|"
                                   r":rl_conn_schedule_flush|:rl_redis_request_fill|:rl_conn_usable|:rl_node_script|"
                                   r":rl_metrics_batch|:rl_held_next_seq|:rl_held_owner"),
-    ("module: read the socket, hand replies over", r":\(anonymous namespace\)::(on_read|take_replies)\b|"
+    ("module: read the socket, hand replies over", r":\(anonymous namespace\)::(on_read|take_replies|take_bytes|"
+                                                   r"feed_reader|keep_start|op_replied|deliver|reader_idle|room)\b|"
                                                    r":rl_metrics_round_trip|:rl_metrics_in_flight"),
     ("module: decode the reply into the results", r":\(anonymous namespace\)::(take_batch|on_batch_reply|"
-                                                  r"call_settled)\b|:rl::decode_batch_reply|:rl_node_reply|"
+                                                  r"call_settled|on_batch_ints|batch_back)\b|:rl::decode_batch_reply|:rl_node_reply|"
                                                   r":rl_held_clock|:rl_rejected_remember|:rl_rejected_now"),
     ("module: the Redis store's request side (send, suspend, end)", r":\(anonymous namespace\)::(redis_remote|"
                                   r"rejected_here|redis_end|redis_decided|redis_give_back|abandon|redis_timed_out)\b|"

@@ -2,6 +2,7 @@
 // wait ends when it goes away; a result per applied limit whose key is not empty.
 #include "ngx/engine/ctx.h"
 
+#include "ngx/engine/deadline.h"
 #include "ngx/engine/decide.h"
 #include "ngx/engine/stores.h"
 #include "ngx/limits/tier.h"
@@ -19,9 +20,7 @@ void rl_ctx_cleanup(void* data) noexcept {
         ctx->phase = RL_PHASE_RETURNED;
         rl_store_give_back(ctx);
     }
-    if (ctx->timer.timer_set) {
-        ngx_del_timer(&ctx->timer);
-    }
+    rl_deadline_drop(ctx);
     if (ctx->wake.posted) {
         ngx_delete_posted_event(&ctx->wake);
     }

@@ -1,6 +1,7 @@
 // The decision of a context: the shared-memory pass, the waits, the verdict (decide.h).
 #include "ngx/engine/decide.h"
 
+#include "ngx/engine/deadline.h"
 #include "ngx/engine/delay.h"
 #include "ngx/engine/stores.h"
 #include "ngx/engine/top.h"
@@ -153,9 +154,7 @@ void on_resume(rl_ctx_t* ctx, bool ended) noexcept {
         return;
     }
     ctx->waiting = 0;
-    if (ended && ctx->timer.timer_set) {
-        ngx_del_timer(&ctx->timer);
-    }
+    if (ended) rl_deadline_drop(ctx);
     if (ctx->phase == RL_PHASE_WAITING) {
         finish(ctx);
         wake(ctx, RL_PHASE_DECIDED);
@@ -187,9 +186,7 @@ ngx_msec_t wait_timeout(const rl_ctx_t* ctx, rl_phase_e phase) {
 rl_step_e wait(rl_ctx_t* ctx, rl_phase_e phase, ngx_uint_t nstores, ngx_msec_t timeout) {
     ctx->phase = phase;
     ctx->waiting = nstores;
-    if (phase == RL_PHASE_WAITING || !ctx->timer.timer_set) {
-        ngx_add_timer(&ctx->timer, timeout);
-    }
+    if (phase == RL_PHASE_WAITING || !rl_deadline_pending(ctx)) rl_deadline_set(ctx, timeout);
     return RL_STEP_WAITING;
 }
 
@@ -262,8 +259,6 @@ rl_step_e rl_engine_decide(rl_ctx_t* ctx) noexcept {
     bool again = ctx->phase == RL_PHASE_AGAIN;
     ctx->phase = RL_PHASE_RETURNED;
     rl_step_e step = decide(ctx);
-    if (again && step == RL_STEP_DECIDED && ctx->timer.timer_set) {  // (a delay has its own timer)
-        ngx_del_timer(&ctx->timer);
-    }
+    if (again && step == RL_STEP_DECIDED) rl_deadline_drop(ctx);  // (a delay has its own timer)
     return step;
 }

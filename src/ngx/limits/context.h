@@ -95,7 +95,11 @@ struct rl_ctx_t {
     // The waits
     rl_resume_pt resume;   // the engine's: a store's wait is over
     ngx_uint_t waiting;    // stores whose wait is not over
-    ngx_event_t timer;     // the longest the request waits for its stores
+    ngx_event_t timer;     // the longest the request waits for its stores (its handler, when
+                           // a deadline list keeps the deadline instead: engine/deadline.h)
+    ngx_queue_t deadline;  // in that list, while deadline_list is set
+    void* deadline_list;
+    ngx_msec_t deadline_at;
     ngx_event_t wake;      // posted: the front end resumes it
     void* store_data[kRlStores];  // what each store keeps for the request while it waits
 };

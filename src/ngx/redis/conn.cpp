@@ -6,6 +6,7 @@
 #include "ngx/redis/conn.h"
 
 #include "core/text/log_text.h"
+#include "core/wire/resp_ints.h"
 #include "ngx/metrics/metrics.h"
 #include "ngx/redis/tls.h"
 
@@ -232,6 +233,7 @@ rl_conn_op_t* enqueue(rl_conn_t* conn, const u_char* cmd, size_t len, rl_conn_re
     op->weight = weight;
     op->queued_at = ngx_current_msec;
     op->sent_ns = conn->flushing ? rl_metrics_now_ns(conn->shared->metrics) : 0;  // a batch, written right now
+    op->ints = nullptr;
     ngx_queue_insert_tail(&conn->inflight, &op->queue);
     conn->ninflight += weight;
     rl_metrics_in_flight(conn->shared->metrics, static_cast<ngx_int_t>(weight));
@@ -378,42 +380,56 @@ void on_write(ngx_event_t* wev) noexcept {
     on_flush(&conn->flush);
 }
 
-// Hands each complete reply to its op. False if the connection failed meanwhile.
+// The op whose reply came: out of the in-flight queue, its weight and round trip counted.
+rl_conn_op_t* op_replied(rl_conn_t* conn) {
+    ngx_queue_t* q = ngx_queue_head(&conn->inflight);
+    ngx_queue_remove(q);
+    auto* op = ngx_queue_data(q, rl_conn_op_t, queue);
+    conn->ninflight -= op->weight;
+    rl_metrics_in_flight(conn->shared->metrics, -static_cast<ngx_int_t>(op->weight));
+    rl_metrics_round_trip(conn->shared->metrics, op->sent_ns);
+    return op;
+}
+
+// Hands `reply` to `op` (already out of the queue). False if the connection failed meanwhile.
+bool deliver(rl_conn_t* conn, ngx_connection_t* c, rl_conn_op_t* op, redisReply* reply) {
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: reply type %d%s",
+                   &conn->shared->name, &conn->addr.name, reply->type, op->data ? "" : " (abandoned)");
+    conn->delivering = 1;
+    if (op->data != nullptr) op->done(op, reply);
+    conn->delivering = 0;
+    op_free(conn->shared, op);
+    if (conn->c != c) return false;  // the handshake's check failed the connection
+    arena_reset(conn, false);
+    return true;
+}
+
+void reader_failed(rl_conn_t* conn) {
+    if (conn->too_large) {
+        conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, "protocol error: reply too large");
+        return;
+    }
+    char text[rl::kLogTextCap];
+    size_t n = rl::log_text(conn->reader->errstr, ngx_strlen(conn->reader->errstr), text, sizeof(text));
+    u_char why[sizeof(text) + 32];
+    *ngx_snprintf(why, sizeof(why) - 1, "protocol error: %*s", n, text) = '\0';
+    conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, reinterpret_cast<char*>(why));
+}
+
+// Hands each complete reply hiredis read to its op. False if the connection failed meanwhile.
 bool take_replies(rl_conn_t* conn, ngx_connection_t* c) {
     for (;;) {
         void* obj = nullptr;
         if (redisReaderGetReply(conn->reader, &obj) != REDIS_OK) {
-            if (conn->too_large) {
-                conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, "protocol error: reply too large");
-            } else {
-                char text[rl::kLogTextCap];
-                size_t n = rl::log_text(conn->reader->errstr, ngx_strlen(conn->reader->errstr), text, sizeof(text));
-                u_char why[sizeof(text) + 32];
-                *ngx_snprintf(why, sizeof(why) - 1, "protocol error: %*s", n, text) = '\0';
-                conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, reinterpret_cast<char*>(why));
-            }
+            reader_failed(conn);
             return false;
         }
         if (obj == nullptr) break;
-        auto* reply = static_cast<redisReply*>(obj);
         if (ngx_queue_empty(&conn->inflight)) {
             conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, "protocol error: a reply nothing was asked for");
             return false;
         }
-        ngx_queue_t* q = ngx_queue_head(&conn->inflight);
-        ngx_queue_remove(q);
-        auto* op = ngx_queue_data(q, rl_conn_op_t, queue);
-        conn->ninflight -= op->weight;
-        rl_metrics_in_flight(conn->shared->metrics, -static_cast<ngx_int_t>(op->weight));
-        rl_metrics_round_trip(conn->shared->metrics, op->sent_ns);
-        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: reply type %d%s",
-                       &conn->shared->name, &conn->addr.name, reply->type, op->data ? "" : " (abandoned)");
-        conn->delivering = 1;
-        if (op->data != nullptr) op->done(op, reply);
-        conn->delivering = 0;
-        op_free(conn->shared, op);
-        if (conn->c != c) return false;  // the handshake's check failed the connection
-        arena_reset(conn, false);
+        if (!deliver(conn, c, op_replied(conn), static_cast<redisReply*>(obj))) return false;
     }
     // What is left is one element still arriving: a server announcing a huge one is cut off
     // here rather than buffered.
@@ -422,6 +438,114 @@ bool take_replies(rl_conn_t* conn, ngx_connection_t* c) {
         return false;
     }
     return true;
+}
+
+bool feed_reader(rl_conn_t* conn, ngx_connection_t* c, const u_char* p, size_t len) {
+    if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(p), len) != REDIS_OK) {
+        conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
+        return false;
+    }
+    return take_replies(conn, c);
+}
+
+// Grows a buffer of the connection to hold `n` bytes (what it held is lost).
+bool room(void** buf, size_t* cap, size_t n, ngx_log_t* log) {
+    if (n <= *cap) return true;
+    size_t size = *cap ? *cap : 1024;
+    while (size < n) size *= 2;
+    void* mem = ngx_alloc(size, log);
+    if (mem == nullptr) return false;
+    ngx_free(*buf);
+    *buf = mem;
+    *cap = size;
+    return true;
+}
+
+// Keeps p[0, len), the start of an integer reply, until more of it comes: p lies in the read's
+// buffer, or in conn->in (which then holds it already, or further on).
+bool keep_start(rl_conn_t* conn, const u_char* p, size_t len) {
+    if (p == conn->in) return true;
+    if (conn->in_len == 0 && !room(reinterpret_cast<void**>(&conn->in), &conn->in_cap, len, conn->shared->log)) {
+        return false;
+    }
+    ngx_memmove(conn->in, p, len);
+    conn->in_len = len;
+    return true;
+}
+
+// hiredis reads nothing now: no reply begun, nothing buffered.
+bool reader_idle(const rl_conn_t* conn) { return conn->reader->ridx == -1 && conn->reader->pos == conn->reader->len; }
+
+// Bytes from the socket. The replies of ops that expect integers (rl_conn_expect_ints) are read
+// straight from them; every other reply, and one such an op gets in another shape (an error, a
+// redirect, anything malformed or hostile), goes through hiredis's reader as ever, and so do all
+// the bytes after it until hiredis is idle again. False if the connection failed meanwhile.
+bool take_bytes(rl_conn_t* conn, ngx_connection_t* c, const u_char* data, size_t n) {
+    if (!reader_idle(conn)) return feed_reader(conn, c, data, n);
+    const u_char* p = data;
+    size_t len = n;
+    if (conn->in_len > 0) {  // a reply's start came with the last read
+        size_t want = conn->in_len + n;
+        if (want > conn->in_cap) {
+            void* mem = nullptr;
+            size_t cap = 0;
+            if (!room(&mem, &cap, want, conn->shared->log)) {
+                conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
+                return false;
+            }
+            ngx_memcpy(mem, conn->in, conn->in_len);
+            ngx_free(conn->in);
+            conn->in = static_cast<u_char*>(mem);
+            conn->in_cap = cap;
+        }
+        ngx_memcpy(conn->in + conn->in_len, data, n);
+        p = conn->in;
+        len = conn->in_len += n;
+    }
+    while (len > 0 && !ngx_queue_empty(&conn->inflight)) {
+        auto* op = ngx_queue_data(ngx_queue_head(&conn->inflight), rl_conn_op_t, queue);
+        if (op->ints == nullptr || p[0] != '*') break;
+        if (!room(reinterpret_cast<void**>(&conn->ints), &conn->ints_cap, op->nints * sizeof(int64_t),
+                  conn->shared->log)) {
+            conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
+            return false;
+        }
+        size_t used = 0;
+        rl::RespInts r = rl::parse_int_array(reinterpret_cast<const char*>(p), len, op->nints, conn->ints, &used);
+        if (r == rl::RespInts::kOther) break;
+        if (r == rl::RespInts::kMore) {
+            if (!keep_start(conn, p, len)) {
+                conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
+                return false;
+            }
+            return true;
+        }
+        op = op_replied(conn);
+        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, conn->shared->log, 0, "ratelimit redis \"%V\" at %V: %uz integers%s",
+                       &conn->shared->name, &conn->addr.name, op->nints, op->data ? "" : " (abandoned)");
+        conn->delivering = 1;
+        bool taken = op->data == nullptr || op->ints(op, conn->ints, op->nints);
+        conn->delivering = 0;
+        if (taken) {
+            op_free(conn->shared, op);
+            if (conn->c != c) return false;
+        } else {
+            // The owner will not take them (they do not decode): `done` gets the reply as
+            // hiredis reads the same bytes, and says why as it always has.
+            void* obj = nullptr;
+            if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(p), used) != REDIS_OK ||
+                redisReaderGetReply(conn->reader, &obj) != REDIS_OK || obj == nullptr) {
+                op_free(conn->shared, op);
+                conn_fail(conn, RL_REDIS_ERR_PROTOCOL, 0, "protocol error: an integer reply hiredis does not read");
+                return false;
+            }
+            if (!deliver(conn, c, op, static_cast<redisReply*>(obj))) return false;
+        }
+        p += used;
+        len -= used;
+    }
+    conn->in_len = 0;
+    return len == 0 || feed_reader(conn, c, p, len);
 }
 
 void on_read(ngx_event_t* rev) noexcept {
@@ -448,11 +572,7 @@ void on_read(ngx_event_t* rev) noexcept {
             io_failed(conn, lost(conn), ngx_socket_errno, what);
             return;
         }
-        if (redisReaderFeed(conn->reader, reinterpret_cast<const char*>(buf), static_cast<size_t>(n)) != REDIS_OK) {
-            conn_fail(conn, RL_REDIS_ERR_NONE, 0, "out of memory");
-            return;
-        }
-        if (!take_replies(conn, c)) return;
+        if (!take_bytes(conn, c, buf, static_cast<size_t>(n))) return;
     }
     if (ngx_handle_read_event(rev, 0) != NGX_OK) conn_fail(conn, RL_REDIS_ERR_RESET, 0, "read event failed");
 }
@@ -503,6 +623,7 @@ void conn_fail(rl_conn_t* conn, rl_redis_error_e reason, ngx_err_t err, const ch
         conn->reader = nullptr;
     }
     arena_reset(conn, true);
+    conn->in_len = 0;
     if (conn->flush.posted) {
         ngx_delete_posted_event(&conn->flush);
     }
@@ -695,6 +816,13 @@ rl_conn_op_t* rl_conn_send(rl_conn_t* conn, const u_char* cmd, size_t len, rl_co
     return enqueue(conn, cmd, len, done, data, tag, weight);
 }
 
+void rl_conn_expect_ints(rl_conn_op_t* op, rl_conn_ints_pt ints, size_t n) noexcept {
+    // Bounded: a reply split between reads is kept from its start (~23 bytes an integer).
+    if (n * 24 > kMaxPendingBytes) return;
+    op->ints = ints;
+    op->nints = n;
+}
+
 void rl_conn_schedule_flush(rl_conn_t* conn) noexcept {
     if (conn->state == RL_CONN_READY && !conn->flush.posted && !conn->flushing) {
         ngx_post_event(&conn->flush, &ngx_posted_events);
@@ -726,6 +854,11 @@ void rl_conn_free(rl_conn_t* conn) noexcept {
         conn->reader = nullptr;
     }
     arena_reset(conn, true);
+    ngx_free(conn->in);
+    ngx_free(conn->ints);
+    conn->in = nullptr;
+    conn->ints = nullptr;
+    conn->in_len = conn->in_cap = conn->ints_cap = 0;
     ngx_free(conn->out);
     conn->out = nullptr;
     conn->out_len = conn->out_sent = conn->out_cap = 0;

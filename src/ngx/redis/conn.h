@@ -14,6 +14,9 @@ struct rl_conn_op_t;
 // Called once per command: with its reply, or with nullptr when the connection failed before
 // the reply came. The reply is the callee's only for the duration of the call.
 typedef void (*rl_conn_reply_pt)(rl_conn_op_t* op, redisReply* reply);
+// An op's reply read straight as integers (rl_conn_expect_ints): false if the callee will not
+// take them (it did nothing): `done` then gets the same reply as hiredis reads it.
+typedef bool (*rl_conn_ints_pt)(rl_conn_op_t* op, const int64_t* values, size_t n);
 typedef void (*rl_conn_event_pt)(rl_conn_t* conn);
 // Whether the reply to the handshake's command `index` lets the connection be used.
 typedef bool (*rl_conn_handshake_pt)(rl_conn_t* conn, ngx_uint_t index, const redisReply* reply);
@@ -29,6 +32,8 @@ struct rl_conn_op_t {
     ngx_uint_t weight;     // requests it carries (a batch carries many)
     ngx_msec_t queued_at;  // when it was queued: a connection whose oldest is long overdue is closed
     uint64_t sent_ns;      // a batch's write time on a monotonic clock, when metrics measure it
+    rl_conn_ints_pt ints;  // or nullptr: a reply of exactly `nints` integers goes here, not to `done`
+    size_t nints;
 };
 
 enum rl_conn_state_e {
@@ -70,6 +75,11 @@ struct rl_conn_t {
     redisReader* reader;
     void* arena;                 // where the reader builds replies (conn.cpp)
     size_t arena_bytes;          // taken by the reply being read: bounded
+    u_char* in;                  // the start of an integer reply split between reads (rl_conn_expect_ints)
+    size_t in_len;
+    size_t in_cap;
+    int64_t* ints;               // where such a reply's integers are read into
+    size_t ints_cap;
     u_char* out;                 // commands not yet written: out[sent, len)
     size_t out_len;
     size_t out_sent;
@@ -107,6 +117,9 @@ bool rl_conn_usable(rl_conn_t* conn) noexcept;
 // Queues a command for the end of this loop turn; nullptr if unusable or out of memory.
 rl_conn_op_t* rl_conn_send(rl_conn_t* conn, const u_char* cmd, size_t len, rl_conn_reply_pt done, void* data,
                            uintptr_t tag, ngx_uint_t weight = 1) noexcept;
+// The op's reply, when it is an array of exactly `n` integers, is read straight into integers
+// for `ints` (no reply object per element); any other reply still goes to its `done`.
+void rl_conn_expect_ints(rl_conn_op_t* op, rl_conn_ints_pt ints, size_t n) noexcept;
 // Makes the connection write (and ask its owner to fill) at the end of this loop turn.
 void rl_conn_schedule_flush(rl_conn_t* conn) noexcept;
 // Closes it at worker exit: what is still in flight gets no reply (nor callback).

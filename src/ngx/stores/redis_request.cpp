@@ -161,6 +161,7 @@ bool queue_call(rl_call_t* call, bool first) {
 }
 
 void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
+bool on_batch_ints(rl_conn_op_t* op, const int64_t* values, size_t n) noexcept;
 
 // Sends calls[0..n) as one script run on `node` (after ASKING when `asking`). Failed calls
 // settle at once.
@@ -176,6 +177,7 @@ void send_batch(rl_redis_node_t* node, rl_call_t** calls, ngx_uint_t n, bool ask
     if (batch != nullptr) {
         len = rl::write_batch_command(buf, rl_node_script(node), false, prefix, groups, n, 0);
         op = rl_node_send(node, reinterpret_cast<u_char*>(buf), len, on_batch_reply, batch, n, asking);
+        if (op != nullptr) rl_conn_expect_ints(op, on_batch_ints, rl::batch_reply_len(groups, n));
     }
     if (op == nullptr) {
         if (batch != nullptr) {
@@ -215,7 +217,9 @@ void retry_call(rl_call_t* call, const rl_retry_t& retry) {
 void send_refund(rl_redis_t* redis, rl_redis_node_t* node, const rl::RedisCheck* checks, ngx_uint_t n);
 
 // Distributes a decided batch to its calls; late admissions of abandoned calls are refunded.
-bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* node) {
+// Its reply's integers are `ints`, or else `reply`'s elements. False, having done nothing, if
+// they do not decode.
+bool take_batch(rl_batch_t* batch, const redisReply* reply, const int64_t* ints, size_t nints, rl_redis_node_t* node) {
     rl_redis_t* redis = batch->redis;
     rl::RedisGroup groups[kMaxGroups];
     size_t total = 0;
@@ -223,18 +227,20 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
         groups[i] = rl::RedisGroup{nullptr, batch->sizes[i]};  // an abandoned call's request may be gone
         total += batch->sizes[i];
     }
-    if (reply->type != REDIS_REPLY_ARRAY) return false;
-    size_t nvalues = reply->elements;
-    size_t bytes = nvalues * sizeof(int64_t) + total * sizeof(rl::Decision) + kMaxGroups * sizeof(bool);
+    if (ints == nullptr && reply->type != REDIS_REPLY_ARRAY) return false;
+    size_t nvalues = ints != nullptr ? nints : reply->elements;
+    size_t copied = ints != nullptr ? 0 : nvalues;
+    size_t bytes = copied * sizeof(int64_t) + total * sizeof(rl::Decision) + kMaxGroups * sizeof(bool);
     auto* mem = static_cast<u_char*>(rl_redis_scratch(redis, bytes));
     if (mem == nullptr) return false;
-    auto* values = reinterpret_cast<int64_t*>(mem);
-    auto* decisions = reinterpret_cast<rl::Decision*>(values + nvalues);
+    auto* copy = reinterpret_cast<int64_t*>(mem);
+    auto* decisions = reinterpret_cast<rl::Decision*>(copy + copied);
     auto* admitted = reinterpret_cast<bool*>(decisions + total);
-    for (size_t i = 0; i < nvalues; i++) {
+    for (size_t i = 0; i < copied; i++) {
         if (reply->element[i]->type != REDIS_REPLY_INTEGER) return false;
-        values[i] = reply->element[i]->integer;
+        copy[i] = reply->element[i]->integer;
     }
+    const int64_t* values = ints != nullptr ? ints : copy;
     int64_t now = 0;
     if (!rl::decode_batch_reply(values, nvalues, groups, batch->n, decisions, admitted, &now)) return false;
     rl_held_clock(redis, now);
@@ -267,11 +273,27 @@ bool take_batch(rl_batch_t* batch, const redisReply* reply, rl_redis_node_t* nod
     return true;
 }
 
+// A node's count of batches in flight, now that one came back.
+void batch_back(rl_redis_node_t* node) {
+    if (node->batches > 0) node->batches--;
+    if (node->nqueued > 0) rl_conn_schedule_flush(&node->conn);  // calls held back by kMaxBatchesInFlight
+}
+
+// The reply read straight as integers (the common case); one that does not decode goes to
+// on_batch_reply as hiredis reads it, which says why.
+bool on_batch_ints(rl_conn_op_t* op, const int64_t* values, size_t n) noexcept {
+    auto* batch = static_cast<rl_batch_t*>(op->data);
+    rl_redis_node_t* node = node_of(op);
+    if (!take_batch(batch, nullptr, values, n, node)) return false;
+    batch_back(node);
+    batch_free(batch);
+    return true;
+}
+
 void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     auto* batch = static_cast<rl_batch_t*>(op->data);
     rl_redis_node_t* node = node_of(op);
-    if (node->batches > 0) node->batches--;
-    if (node->nqueued > 0) rl_conn_schedule_flush(&node->conn);  // calls held back by kMaxBatchesInFlight
+    batch_back(node);
     rl_retry_t retry{};
     rl_reply_e verdict = rl_node_reply(node, reply, &retry);
     if (verdict == RL_REPLY_SPLIT && batch->n > 1) {
@@ -283,7 +305,7 @@ void on_batch_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
         retry = rl_retry_t{node, false};
         verdict = RL_REPLY_RETRY;
     }
-    if (verdict == RL_REPLY_TAKE && take_batch(batch, reply, node)) {
+    if (verdict == RL_REPLY_TAKE && take_batch(batch, reply, nullptr, 0, node)) {
         batch_free(batch);
         return;
     }
@@ -405,14 +427,21 @@ bool rejected_here(rl_ctx_t* ctx) {
 // Sends the request's Redis checks; returns the number of calls now in flight.
 ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
     ngx_uint_t n = ctx->nresults, nredis = 0;
-    for (ngx_uint_t i = 0; i < n; i++) nredis += ctx->results[i].store == RL_STORE_REDIS;
+    bool cluster = false;
+    for (ngx_uint_t i = 0; i < n; i++) {
+        const rl_result_t& res = ctx->results[i];
+        if (res.store != RL_STORE_REDIS) continue;
+        nredis++;
+        cluster = cluster || res.applied->zone->redis->cluster;
+    }
     if (nredis == 0) return 0;  // (every key of its zones was empty)
     if (rejected_here(ctx)) return 0;
-    // At most one call per result; each result's index goes into exactly one call.
-    auto* cs = static_cast<rl_calls_t*>(ngx_pcalloc(ctx->pool, sizeof(rl_calls_t) + n * sizeof(rl_call_t)));
-    auto* indices = static_cast<ngx_uint_t*>(ngx_palloc(ctx->pool, n * sizeof(ngx_uint_t)));
-    auto* slots = static_cast<uint16_t*>(ngx_palloc(ctx->pool, n * sizeof(uint16_t)));
-    if (cs == nullptr || indices == nullptr || slots == nullptr) {
+    // One allocation: at most one call per result, each result's index in exactly one call, the
+    // checks as the command takes them, and in a cluster each result's slot.
+    size_t calls_bytes = sizeof(rl_calls_t) + n * sizeof(rl_call_t);
+    size_t bytes = calls_bytes + n * (sizeof(ngx_uint_t) + sizeof(rl::RedisCheck)) + (cluster ? n * sizeof(uint16_t) : 0);
+    auto* cs = static_cast<rl_calls_t*>(ngx_palloc(ctx->pool, bytes));
+    if (cs == nullptr) {
         for (ngx_uint_t i = 0; i < n; i++) {
             if (ctx->results[i].store != RL_STORE_REDIS) continue;
             ctx->results[i].store = RL_STORE_FAILED;
@@ -420,9 +449,14 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
         }
         return 0;
     }
+    ngx_memzero(cs, calls_bytes);
     cs->calls = reinterpret_cast<rl_call_t*>(cs + 1);
+    auto* indices = reinterpret_cast<ngx_uint_t*>(cs->calls + n);
+    static_assert(alignof(rl::RedisCheck) <= alignof(ngx_uint_t), "the checks follow the indices");
+    auto* rchecks = reinterpret_cast<rl::RedisCheck*>(indices + n);
+    uint16_t* slots = cluster ? reinterpret_cast<uint16_t*>(rchecks + n) : nullptr;
     ctx->store_data[RL_STORE_ID_REDIS] = cs;
-    for (ngx_uint_t i = 0; i < n; i++) {
+    for (ngx_uint_t i = 0; slots != nullptr && i < n; i++) {
         const rl_result_t& res = ctx->results[i];
         slots[i] = res.store == RL_STORE_REDIS && res.applied->zone->redis->cluster ? rl_redis_slot_of(res) : 0;
     }
@@ -433,7 +467,7 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
         for (ngx_uint_t i = 0; i < n; i++) {
             rl_result_t& res = ctx->results[i];
             if (res.store != RL_STORE_REDIS) continue;
-            rl_call_t* call = call_for(cs, ctx, res, slots[i]);
+            rl_call_t* call = call_for(cs, ctx, res, slots != nullptr ? slots[i] : 0);
             if (pass == 1) call->checks[call->nchecks] = i;
             call->nchecks++;
         }
@@ -441,6 +475,7 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
         ngx_uint_t offset = 0;
         for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
             cs->calls[k].checks = indices + offset;
+            cs->calls[k].rchecks = rchecks + offset;
             offset += cs->calls[k].nchecks;
             cs->calls[k].nchecks = 0;
         }
@@ -448,9 +483,8 @@ ngx_uint_t redis_remote(rl_ctx_t* ctx) noexcept {
 
     for (ngx_uint_t k = 0; k < cs->ncalls; k++) {
         rl_call_t* call = &cs->calls[k];
-        call->rchecks = checks_of(call, static_cast<rl::RedisCheck*>(
-                                                 ngx_palloc(ctx->pool, call->nchecks * sizeof(rl::RedisCheck))));
-        if (call->rchecks != nullptr && queue_call(call, false)) {
+        checks_of(call, call->rchecks);
+        if (queue_call(call, false)) {
             cs->waiting++;
         } else {
             call_failed(call);
