@@ -29,6 +29,7 @@
 #include "core/wire/redis_script.h"
 #include "core/algo/refund.h"
 #include "core/algo/settle.h"
+#include "core/reconcile/sync_command.h"
 #include "redis_lua_server.h"
 
 namespace rl {
@@ -1615,6 +1616,19 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
         {"1", "k", "lean", "1", doubles({1, 1, 1, 1, 1}).substr(1)},          // truncated
         {"1", "k", "lean", "1", doubles({1, 1, 1, 1, 1}) + "x"},              // trailing bytes
         {"2", "k", "k2", "lean", "1", doubles({1, 1, 1, 1, 1})},              // keys
+        // The count form of a sync call (sync_command.h): a gcra policy's 8 doubles, then each need.
+        {"1", "k", "count", "1", doubles({0, 1, 1, 0, 1, 1, 1, 1, 1}), "", "x"},  // too many ARGV
+        {"1", "k", "count", "x", doubles({0, 1, 1, 0, 1, 1, 1, 1, 1})},          // now
+        {"1", "k", "count", "1", doubles({1, 1, 1, 0, 1, 1, 1, 1, 1})},          // algo: gcra only
+        {"1", "k", "count", "1", doubles({0, 0, 1, 0, 1, 1, 1, 1, 1})},          // requests
+        {"1", "k", "count", "1", doubles({0, 1, 1, nan, 1, 1, 1, 1, 1})},        // burst
+        {"1", "k", "count", "1", doubles({0, 1, 1, 0, 0, 1, 1, 1, 1})},          // refill
+        {"1", "k", "count", "1", doubles({0, 1, 1, 0, 1, 1, 1, 0, 1})},          // weight_scale
+        {"1", "k", "count", "1", doubles({0, 1, 1, 0, 1, 1, 1, 1, -1})},         // need
+        {"1", "k", "count", "1", doubles({0, 1, 1, 0, 1, 1, 1, 1, nan})},        // need
+        {"1", "k", "count", "1", doubles({0, 1, 1, 0, 1, 1, 1, 1, 1}).substr(1)},  // truncated
+        {"1", "k", "count", "1", doubles({0, 1, 1, 0, 1, 1, 1, 1, 1}) + "x"},      // trailing bytes
+        {"2", "k", "k2", "count", "1", doubles({0, 1, 1, 0, 1, 1, 1, 1, 1})},      // keys
     };
     for (size_t i = 0; i < bad.size(); i++) {
         Reply r = call(bad[i]);
@@ -1623,6 +1637,9 @@ TEST_P(RedisDiff, BadArgumentsAreErrors) {
     }
     Reply good = call({"1", "k", "decide", "1", ok});
     ASSERT_TRUE(good && good->type == REDIS_REPLY_ARRAY) << (good && good->type == REDIS_REPLY_ERROR ? good->str : "");
+    Reply counted = call({"1", "kc", "count", "1", doubles({0, 1, 1, 0, 1, 1, 1, 1, 1})});  // and its good call
+    ASSERT_TRUE(counted && counted->type == REDIS_REPLY_ARRAY && counted->elements == rl::sync_reply_len(1))
+        << (counted && counted->type == REDIS_REPLY_ERROR ? counted->str : "");
     Reply empty = call({"0", "decide", "7", ""});  // no group: {0, now}
     ASSERT_TRUE(empty && empty->type == REDIS_REPLY_ARRAY && empty->elements == 2);
     EXPECT_EQ(empty->element[1]->integer, 7);

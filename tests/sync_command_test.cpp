@@ -27,6 +27,67 @@ std::string sync_cmd(rl::CommandScript script, bool injected, const std::vector<
     return buf;
 }
 
+// The count form: exact bytes, and only for calls whose every item is a count ask of one gcra
+// policy; any field it does not send that would decide something sends the general form.
+TEST(SyncCommand, CountForm) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 10, kSec, 2);  // refill 1, token 100000, depth 300000
+    rl::Policy same = p, other = rltest::policy(rl::Algo::gcra, 10, kSec, 3);
+    rl::Policy token = rltest::policy(rl::Algo::token, 10, kSec, 2);
+    rl::SyncItem it;
+    it.zone = "api";
+    it.hash = rl::KeyHash{0x2, 0x1};
+    it.policy = &p;
+    it.want = it.need = 3;
+    it.hosts = 5;                  // decide nothing for a count ask: not sent
+    it.delta.at = 99;
+    it.give_back_at = 77;
+    it.give_back_top = 200000;
+    rl::SyncItem b = it;
+    b.hash = rl::KeyHash{0x4, 0x3};
+    b.policy = &same;  // another Policy of the same numbers
+    b.want = b.need = 0;
+    std::string want = std::string("*9\r\n$5\r\nFCALL\r\n$26\r\n") + rl::function_name(true) +
+                       "\r\n$1\r\n2\r\n"
+                       "$46\r\nrl:{api:00000000000000010000000000000002}:gcra\r\n"
+                       "$46\r\nrl:{api:00000000000000030000000000000004}:gcra\r\n"
+                       "$5\r\ncount\r\n$16\r\n1700000000000000\r\n$80\r\n" +
+                       doubles({0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0}) + "\r\n$3\r\nh-7\r\n";
+    EXPECT_EQ(sync_cmd(rl::CommandScript::fcall, true, {it, b}, 1700000000LL * kSec, "h-7"), want);
+    EXPECT_LE(sync_cmd(rl::CommandScript::evalsha, false, {it, b}, 0, std::string(200, 'i')).size(),
+              rl::sync_command_bound("rl:", nullptr, 2));
+    auto general = [&](const rl::SyncItem& x) {
+        return sync_cmd(rl::CommandScript::fcall, true, {it, x}, 1700000000LL * kSec).find("\r\n$4\r\nsync\r\n") !=
+               std::string::npos;
+    };
+    EXPECT_FALSE(general(b));
+    std::vector<rl::SyncItem> not_counts(16, b);
+    not_counts[0].want = 1;
+    not_counts[1].delta.units = 1;
+    not_counts[2].delta.prev = -1;
+    not_counts[3].give_back = 1;
+    not_counts[4].share.epoch_us = 1;
+    not_counts[5].share.demand = 1;
+    not_counts[6].share.rate[0] = 1;
+    not_counts[7].share.rate[1] = 1;
+    not_counts[8].share.burst[0] = 1;
+    not_counts[9].share.burst[1] = 1;
+    not_counts[10].share.back_at = 1;
+    not_counts[11].share.back_rate[0] = 1;
+    not_counts[12].share.back_rate[1] = 1;
+    not_counts[13].share.back_burst[0] = 1;
+    not_counts[14].share.back_burst[1] = 1;
+    not_counts[15].policy = &other;
+    for (size_t i = 0; i < not_counts.size(); i++) EXPECT_TRUE(general(not_counts[i])) << "item " << i;
+    rl::SyncItem t = it;
+    t.policy = &token;
+    EXPECT_TRUE(general(t)) << "gcra only";
+    EXPECT_EQ(sync_cmd(rl::CommandScript::fcall, true, {t}, 0).find("\r\n$5\r\ncount\r\n"), std::string::npos);
+    // SyncForm::general never sends it.
+    std::string g(rl::sync_command_len(rl::CommandScript::fcall, true, "rl:", &it, 1, 0, {}, rl::SyncForm::general), '?');
+    rl::write_sync_command(g.data(), rl::CommandScript::fcall, true, "rl:", &it, 1, 0, {}, rl::SyncForm::general);
+    EXPECT_NE(g.find("\r\n$4\r\nsync\r\n"), std::string::npos);
+}
+
 TEST(SyncCommand, ExactBytes) {
     rl::Policy p = rltest::policy(rl::Algo::gcra, 10, kSec, 2);  // refill 1, token 100000, depth 300000
     rl::SyncItem it;

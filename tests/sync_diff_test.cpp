@@ -46,11 +46,13 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
         ASSERT_NO_FATAL_FAILURE(rltest::start_lua_server(server_, conn_));
     }
 
-    static std::string build(const std::vector<rl::SyncItem>& items, int64_t now) {
+    static std::string build(const std::vector<rl::SyncItem>& items, int64_t now, rl::SyncForm form = rl::SyncForm::best,
+                             std::string_view id = {}) {
         rl::CommandScript script = GetParam();
-        size_t len = rl::sync_command_len(script, true, kPrefix, items.data(), items.size(), now);
+        size_t len = rl::sync_command_len(script, true, kPrefix, items.data(), items.size(), now, id, form);
         std::string buf(len + 8, '\xee');
-        EXPECT_EQ(rl::write_sync_command(buf.data(), script, true, kPrefix, items.data(), items.size(), now), len);
+        EXPECT_EQ(rl::write_sync_command(buf.data(), script, true, kPrefix, items.data(), items.size(), now, id, form),
+                  len);
         EXPECT_EQ(buf.substr(len), std::string(8, '\xee'));
         EXPECT_LE(len, rl::sync_command_bound(kPrefix, items.data(), items.size()) + 20);  // now is sent here
         buf.resize(len);
@@ -59,7 +61,8 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
 
     // One call on both sides, then the replies and, per key, the stored state and its TTL.
     void run_call(std::vector<SyncKey*>& keys, const std::vector<rl::SyncItem>& items, int64_t now,
-                  const std::string& where, std::vector<rl::SyncResult>* results) {
+                  const std::string& where, std::vector<rl::SyncResult>* results, rl::SyncForm form = rl::SyncForm::best,
+                  std::string_view id = {}) {
         std::vector<rl::SyncResult> want(items.size());
         std::vector<rl::Decision> dec(items.size());
         std::vector<bool> written(items.size());
@@ -71,7 +74,8 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
             written[i] = shares || !(want[i].global == keys[i]->s);
         }
         redisContext* c = conn_.get();
-        std::string cmd = build(items, now);
+        std::string cmd = build(items, now, form, id);
+        count_calls_ += cmd.find("\r\n$5\r\ncount\r\n") != std::string::npos;
         rltest::append(c, {"TIME"});
         rltest::append(c, {"MULTI"});
         redisAppendFormattedCommand(c, cmd.data(), cmd.size());
@@ -257,7 +261,7 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
 
     std::unique_ptr<rltest::RedisServer> server_;
     rltest::Context conn_;
-    int64_t granted_ = 0, refused_ = 0, writes_ = 0, shares_ = 0;
+    int64_t granted_ = 0, refused_ = 0, writes_ = 0, shares_ = 0, count_calls_ = 0;
 };
 
 INSTANTIATE_TEST_SUITE_P(Lua, SyncDiff, ::testing::Values(rl::CommandScript::fcall, rl::CommandScript::evalsha),
@@ -277,6 +281,146 @@ TEST_P(SyncDiff, Timelines) {
     EXPECT_GT(granted_, 0);
     EXPECT_GT(refused_, 0);
     EXPECT_GT(writes_, 1000);
+}
+
+// The count form (sync_command.h; lua/13-sync.lua, sync_count): calls whose items are all count
+// asks of one gcra policy (a lease zone's cold keys), against sync_key: every reply, state and
+// TTL. Needs of 0, within what remains, beyond it and beyond the burst; the fields that decide
+// nothing for a count ask (hosts, the times of an empty delta and of an empty give-back) random;
+// keys expired, a clock that goes back, idle gaps. Keys hold a book of shares after a call that
+// asked shares (the general form), which the count form decides through the general item code,
+// in the middle of its inline items. One call in four is sent in the general form, so each form
+// reads what the other wrote. A call with an id is sometimes sent again (its reply lost): the
+// same reply, no state changed.
+TEST_P(SyncDiff, CountCalls) {
+    std::mt19937_64 rng(977);
+    auto pick = [&rng](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+    static const int64_t kRequests[] = {1, 3, 10, 100, 999, 1000000};
+    static const int64_t kPeriods[] = {1000, 333333, kSec, 60 * kSec, 3600 * kSec};
+    redisContext* c = conn_.get();
+    auto get = [c](const std::string& key) {
+        Reply r = rltest::command(c, {"GET", key});
+        return r && r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : std::string();
+    };
+    int64_t calls = 0, general = 0, booked = 0, expired = 0, backs = 0, resent = 0, beyond = 0, ids = 0;
+    for (int round = 0; round < 60 && !HasFatalFailure(); round++) {
+        const int64_t req = kRequests[pick(6)], per = kPeriods[pick(5)];
+        const rl::Policy p = rltest::policy(rl::Algo::gcra, req, per, pick(4) == 0 ? 0 : pick(12));
+        const int64_t cap = p.capacity();
+        std::vector<SyncKey> keys(static_cast<size_t>(1 + pick(8)));
+        for (size_t i = 0; i < keys.size(); i++) {
+            SyncKey& k = keys[i];
+            k.p = p;
+            k.zone = "c" + std::to_string(round) + "_" + std::to_string(i);
+            k.hash = rl::KeyHash{rng(), rng()};
+            k.redis_key.resize(rl::redis_key_len(kPrefix, k.zone, p.algo));
+            k.redis_key.resize(rl::redis_key(k.redis_key.data(), kPrefix, k.zone, k.hash, p.algo));
+            k.epoch_us = std::max<int64_t>(1, per / (1 + pick(5)));
+        }
+        int64_t now = kT0 + pick(kSec);
+        for (int e = 0; e < 40 && !HasFatalFailure(); e++) {
+            const std::string where = "count round " + std::to_string(round) + " call " + std::to_string(e);
+            for (SyncKey& k : keys) {
+                // Expired: Redis drops a key once its state is worth a fresh key's.
+                if (pick(4) == 0 && k.book.empty() && rl::decide(k.s, k.p, now, 0).reset_us == 0) {
+                    Reply d = rltest::command(c, {"DEL", k.redis_key});
+                    ASSERT_TRUE(d && d->type == REDIS_REPLY_INTEGER);
+                    expired += d->integer;
+                    k.s = rl::State{};
+                }
+            }
+            const bool shares = pick(6) == 0;  // some items ask a share: a book is kept on their keys
+            const rl::SyncForm form = e % 4 == 3 ? rl::SyncForm::general : rl::SyncForm::best;
+            std::vector<SyncKey*> ks;
+            std::vector<rl::SyncItem> items;
+            int64_t with_book = 0;
+            bool asked = false;  // a share
+            for (SyncKey& k : keys) {
+                if (pick(3) == 0) continue;
+                rl::SyncItem it;
+                it.zone = k.zone;
+                it.hash = k.hash;
+                it.policy = &k.p;
+                it.need = pick(5) == 0 ? 0 : (pick(4) == 0 ? 1 + pick(cap + 3) : 1 + pick(2));
+                it.want = it.need;
+                it.hosts = 1 + pick(8);
+                it.delta.at = now - pick(2 * per);
+                if (pick(3) == 0) {
+                    it.give_back_at = now - pick(per);
+                    it.give_back_top = pick(p.depth + 1);
+                }
+                if (shares && pick(2) == 0) {
+                    it.share.epoch_us = k.epoch_us;
+                    it.share.demand = pick(rl::kShareParts);
+                    it.share.rate[0] = 1 + pick(rl::kShareParts / 2);
+                    it.share.burst[0] = pick(cap + 1);
+                    it.want = std::max(it.need, rl::share_units_wanted(it.share));
+                    asked = true;
+                }
+                beyond += it.need > p.burst + 1;
+                with_book += !k.book.empty();
+                ks.push_back(&k);
+                items.push_back(it);
+            }
+            if (items.empty()) continue;
+            const int64_t counted = count_calls_;
+            const std::string id = pick(3) == 0 ? "h." + std::to_string(++ids) : std::string();
+            std::vector<rl::SyncResult> results;
+            run_call(ks, items, now, where, &results, form, id);
+            if (HasFatalFailure()) return;
+            const bool count = count_calls_ > counted;
+            ASSERT_EQ(count, !asked && form == rl::SyncForm::best) << where;  // every count ask: the count form
+            calls += count;
+            general += form == rl::SyncForm::general;
+            if (count) booked += with_book;
+            if (!id.empty() && pick(2) == 0) {
+                // Sent again later: the first reply, nothing applied twice.
+                std::vector<std::string> before;
+                for (SyncKey* k : ks) before.push_back(get(k->redis_key));
+                std::string cmd = build(items, now + 1 + pick(per), form, id);
+                redisAppendFormattedCommand(c, cmd.data(), cmd.size());
+                Reply r = rltest::next_reply(c);
+                ASSERT_TRUE(r && r->type == REDIS_REPLY_ARRAY) << where << (r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+                std::vector<int64_t> values;
+                for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
+                std::vector<rl::SyncResult> again(items.size());
+                int64_t redis_now = -1;
+                ASSERT_TRUE(rl::decode_sync_reply(values.data(), values.size(), items.size(), again.data(), &redis_now))
+                    << where;
+                EXPECT_EQ(redis_now, now) << where;
+                for (size_t i = 0; i < items.size(); i++) {
+                    EXPECT_EQ(again[i].global, results[i].global) << where << " item " << i;
+                    EXPECT_EQ(again[i].granted, results[i].granted) << where << " item " << i;
+                    EXPECT_EQ(again[i].retry_after_us, results[i].retry_after_us) << where << " item " << i;
+                    EXPECT_EQ(get(ks[i]->redis_key), before[i]) << where << " item " << i;
+                }
+                resent++;
+            }
+            switch (pick(8)) {
+                case 0: break;
+                case 1:
+                    now -= 1 + pick(per / 2 + 1);  // a clock that goes back
+                    backs++;
+                    break;
+                case 2: now += pick(3 * per + 1); break;
+                default: now += pick(per / cap * 3 + 2); break;
+            }
+        }
+    }
+    std::printf("count calls: %lld in the count form (%lld items of keys with a book), %lld general; %lld units "
+                "granted, %lld needs refused; %lld keys expired, %lld clock steps back, %lld sent again\n",
+                static_cast<long long>(calls), static_cast<long long>(booked), static_cast<long long>(general),
+                static_cast<long long>(granted_), static_cast<long long>(refused_), static_cast<long long>(expired),
+                static_cast<long long>(backs), static_cast<long long>(resent));
+    EXPECT_GT(calls, 1000);
+    EXPECT_GT(general, 300);
+    EXPECT_GT(booked, 100) << "count calls must meet keys holding a book of shares";
+    EXPECT_GT(expired, 100);
+    EXPECT_GT(backs, 100);
+    EXPECT_GT(resent, 100);
+    EXPECT_GT(beyond, 100);
+    EXPECT_GT(refused_, 1000);
+    EXPECT_GT(granted_, 1000);
 }
 
 }  // namespace

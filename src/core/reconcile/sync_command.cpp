@@ -41,6 +41,51 @@ size_t sync_command(char* buf, CommandScript script, bool injected_time, std::st
     return r.size();
 }
 
+// The count form (sync_command.h): every item a count ask of the first item's gcra policy. The
+// fields it does not send are those that decide nothing for such an item.
+bool count_call(const SyncItem* items, size_t n) {
+    if (n == 0 || items[0].policy->algo != Algo::gcra) return false;
+    const Policy& p = *items[0].policy;
+    for (size_t i = 0; i < n; i++) {
+        const SyncItem& it = items[i];
+        const Policy& q = *it.policy;
+        if (&q != &p && (q.algo != p.algo || q.requests != p.requests || q.period_us != p.period_us ||
+                         q.burst != p.burst || q.refill != p.refill || q.token != p.token || q.depth != p.depth ||
+                         q.weight_scale != p.weight_scale)) {
+            return false;
+        }
+        const ShareAsk& sh = it.share;
+        const int64_t none[] = {signed_of(it.delta.units), signed_of(it.delta.prev), count_of(it.give_back),
+                                count_of(sh.epoch_us), count_of(sh.demand), count_of(sh.rate[0]),
+                                count_of(sh.rate[1]), count_of(sh.burst[0]), count_of(sh.burst[1]),
+                                count_of(sh.back_at), count_of(sh.back_rate[0]), count_of(sh.back_rate[1]),
+                                count_of(sh.back_burst[0]), count_of(sh.back_burst[1])};
+        for (int64_t v : none) {
+            if (v != 0) return false;
+        }
+        if (count_of(it.want) != count_of(it.need)) return false;
+    }
+    return true;
+}
+
+size_t count_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
+                     const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id) {
+    const Policy& p = *items[0].policy;
+    Resp r(buf);
+    script_call_head(r, script, injected_time, n, kArgvCount + 1);
+    for (size_t i = 0; i < n; i++) r.bulk_key(prefix, items[i].zone, items[i].hash, p.algo);
+    r.bulk("count");
+    r.bulk_int(injected_time ? now_us : 0);
+    r.bulk_head(kCountPolicyBytes + kCountItemBytes * n);
+    const int64_t policy[8] = {static_cast<int64_t>(p.algo), p.requests, p.period_us, p.burst, p.refill,
+                               p.token, p.depth, p.weight_scale};
+    for (int64_t v : policy) r.le_double(v);
+    for (size_t i = 0; i < n; i++) r.le_double(count_of(items[i].need));
+    r.end_bulk();
+    r.bulk(call_id.substr(0, kSyncCallIdMax));
+    return r.size();
+}
+
 size_t hosts_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                      std::string_view zone, std::string_view host_id, int64_t window_us, int64_t now_us) {
     Resp r(buf);
@@ -106,18 +151,23 @@ SyncResult sync_key(const State& s, const SyncItem& it, int64_t now, Decision* d
 }
 
 size_t sync_command_len(CommandScript script, bool injected_time, std::string_view prefix, const SyncItem* items,
-                        size_t n, int64_t now_us, std::string_view call_id) noexcept {
-    return sync_command(nullptr, script, injected_time, prefix, items, n, now_us, call_id);
+                        size_t n, int64_t now_us, std::string_view call_id, SyncForm form) noexcept {
+    return write_sync_command(nullptr, script, injected_time, prefix, items, n, now_us, call_id, form);
 }
 
 size_t write_sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                          const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id) noexcept {
+                          const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id,
+                          SyncForm form) noexcept {
+    if (form == SyncForm::best && count_call(items, n)) {
+        return count_command(buf, script, injected_time, prefix, items, n, now_us, call_id);
+    }
     return sync_command(buf, script, injected_time, prefix, items, n, now_us, call_id);
 }
 
 size_t sync_command_bound(std::string_view prefix, const SyncItem*, size_t n) noexcept {
     // As batch_command_bound: the head (EVALSHA's, the longer), then per item its key's bulk
-    // string for the longest zone name and its 224 bytes.
+    // string for the longest zone name and its 224 bytes (the count form's "count", one byte
+    // more than "sync", and its 64 + 8 n bytes are within it).
     constexpr size_t kBulkFrame = 1 + 20 + 2 + 2;  // "$<len>\r\n...\r\n"
     size_t key = kBulkFrame + redis_key_max_len(prefix, std::string_view()) + kMaxZoneLen;
     return 5 * kBulkFrame + 1 + 20 + 2 + 7 + kSha1HexLen + 20 + 4 + 20 + kBulkFrame + kSyncCallIdMax +

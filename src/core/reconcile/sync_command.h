@@ -16,6 +16,14 @@
 //              again because its reply was lost is applied once.
 //     reply  = {now_us, then per item: a, b, c (the global state after the item), granted,
 //              retry_after_us, then the ShareGrant: epoch_at, rate[0..1], burst[0..1]}
+//   The count form of a sync call (write_sync_command sends it when it can, as redis_command.h
+//   its lean form): every item a count ask (want == need, no delta, nothing given back, no
+//   share asked or given back: a cold key's requests, sync.h) of one gcra policy. ARGV[1] =
+//   "count", ARGV[2] and ARGV[4] as above, ARGV[3] = the policy's 8 doubles once, then each
+//   item's need (8 + n doubles). hosts and the times of an empty delta or give-back decide
+//   nothing then. The Lua decides each item exactly as sync_key (lua/13-sync.lua: inline, a
+//   value holding a book of shares through the general item code), writes the same states with
+//   the same TTLs, replies and keeps the reply under the call id as a sync call.
 //     A bucket key holding shares keeps its book after its state: 12 doubles (96 bytes).
 //   Per item, at Redis's now (sync_key, which the Lua mirrors): give_back, apply_delta of the
 //   delta clamped to Redis's clock (clamp_delta), grant;
@@ -71,15 +79,21 @@ SyncResult sync_key(const State& s, const SyncItem& item, int64_t now, Decision*
                     ShareBook* book = nullptr) noexcept;
 
 constexpr size_t kSyncItemBytes = 8 * 28;
+constexpr size_t kCountPolicyBytes = 8 * 8;  // the count form: algo .. weight_scale
+constexpr size_t kCountItemBytes = 8;        // need
 constexpr size_t kSyncCallIdMax = kCallIdMax;        // redis_command.h: the same call ids
 constexpr int64_t kSyncCallMemoryMs = kCallMemoryMs;
 constexpr size_t kSyncReplyPerItem = 10;
 
-// call_id: at most kSyncCallIdMax bytes (cut beyond), any bytes.
+// call_id: at most kSyncCallIdMax bytes (cut beyond), any bytes. SyncForm::best sends the count
+// form when the call allows it; general never does (the tests compare the two).
+enum class SyncForm : uint8_t { best, general };
 size_t sync_command_len(CommandScript script, bool injected_time, std::string_view prefix, const SyncItem* items,
-                        size_t n, int64_t now_us, std::string_view call_id = {}) noexcept;
+                        size_t n, int64_t now_us, std::string_view call_id = {},
+                        SyncForm form = SyncForm::best) noexcept;
 size_t write_sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
-                          const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id = {}) noexcept;
+                          const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id = {},
+                          SyncForm form = SyncForm::best) noexcept;
 // An upper bound of the production call's size (zone names of at most kMaxZoneLen bytes, a
 // call id of at most kSyncCallIdMax).
 size_t sync_command_bound(std::string_view prefix, const SyncItem* items, size_t n) noexcept;

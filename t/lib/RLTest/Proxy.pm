@@ -21,8 +21,9 @@ package RLTest::Proxy;
 #     error $reply         answer every command with the raw bytes $reply (nothing relayed)
 #     reset                reset (RST) each connection when it next sends a command
 #     sync_rewrite $spec [n [zone]]  relay everything, and rewrite the replies to the next n
-#                          (default 1) sync calls ("sync" mode of the script; for keys of zone
-#                          `zone` only, if given), then go back to pass by itself. $spec:
+#                          (default 1) sync calls ("sync" mode of the script or its count form
+#                          "count"; for keys of zone `zone` only, if given), then go back to
+#                          pass by itself. $spec:
 #                          comma-separated FIELD=VALUE with FIELD one of now (the reply's first
 #                          integer; now+=N adds N) or a, b, c, granted, retry (those of every
 #                          item), or `extra`
@@ -336,7 +337,7 @@ sub _from_client {
 sub _kind {
     my ($cmd) = @_;
     return 'settle' if $cmd =~ /\r\n\$6\r\n(?:charge|refund)\r\n/;
-    return '' unless $cmd =~ /\r\n\$4\r\nsync\r\n/;
+    return '' unless $cmd =~ /\r\n\$(?:4\r\nsync|5\r\ncount)\r\n/;  # the sync mode or its count form
     my @keys = $cmd =~ /\r\n\$\d+\r\n([^\r\n]*\{[^\r\n]*)\r\n/g;
     return 'sync:' . join(' ', @keys);
 }

@@ -1,28 +1,9 @@
 -- sync.cpp and sync_command.h: the calls of sync zones. Per item: give_back, apply_delta of
 -- the delta clamped to Redis's clock, grant, then one write.
--- Its helpers are local to it, so that only a sync call builds their closures (under EVAL,
--- each local function of the top level is a new closure on every call).
-local function sync(keys, argv)
-  local now = clock(argv)
-  if not now then return redis.error_reply('ERR ratelimit script: bad time') end
-  if argv[1] == 'hosts' then
-    local window = tonum(argv[3])
-    if #keys ~= 1 or #argv ~= 4 or not window or window < 1 then
-      return redis.error_reply('ERR ratelimit script: bad arguments')
-    end
-    call('ZADD', keys[1], fmt('%d', now), argv[4])
-    call('ZREMRANGEBYSCORE', keys[1], '-inf', '(' .. fmt('%d', now - window))
-    call('PEXPIRE', keys[1], fmt('%d', ttl_ms(2 * window)))
-    return call('ZCARD', keys[1])
-  end
-  local blob = argv[3]
-  if (#argv ~= 3 and #argv ~= 4) or #blob ~= 224 * #keys then
-    return redis.error_reply('ERR ratelimit script: bad arguments')
-  end
-  -- A call id (ARGV[4], kCallMemory): a call sent again because its reply was lost is applied once.
-  local marker, again = recall(keys, argv[4])
-  if again then return again end
-
+-- sync_items(now) builds the general item code: its helpers are local to it, so that only a
+-- call that runs it builds their closures (under EVAL, each local function of the top level is
+-- a new closure on every call; a count call seldom needs them).
+local function sync_items(now)
   local MAXD = 562949953421312  -- kMaxDebt = 2^49
   local function min(x, y)
     if x < y then return x end
@@ -261,88 +242,196 @@ local function sync(keys, argv)
     return decide_fixed(a, b, c, now, cost, req, per)
   end
 
-  local out = {now}
-  for i = 1, #keys do
-    local o = 1 + (i - 1) * 224
-    local algo, req, per, burst, refill, tok, depth, wsc, units, dprev, dat, want, need, hosts, back, back_at,
-          back_top = sunpack('<ddddddddddddddddd', blob, o)
-    local sh = {sunpack('<ddddddddddd', blob, o + 136)}
-    if not (algo >= 0 and algo <= 4 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
-            and tok >= 1 and depth >= 1 and wsc >= 1 and want >= 0 and need >= 0 and hosts >= 1 and back >= 0) then
-      return redis.error_reply('ERR ratelimit script: bad item ' .. i)
-    end
-    local key = keys[i]
-    local s, a, b, c = pget('GET', key), 0, 0, 0
-    local bk
-    if s and (#s == 24 or #s == 96) then
-      a, b, c = sunpack('<ddd', s)
-      if #s == 96 then bk = {sunpack('<ddddddddd', s, 25)} end
-    elseif s then  -- the earlier layout (a hash), or WRONGTYPE from HMGET on anything else
-      local v = call('HMGET', key, 'a', 'b', 'c')
-      a, b, c = tonum(v[1]) or 0, tonum(v[2]) or 0, tonum(v[3]) or 0
-    end
-    local a0, b0, c0 = a, b, c
-    local o = #out
-    if algo <= 2 and (bk or sh[1] > 0) then
-      -- shares (share.cpp): the book's clock never goes back
-      if not bk then bk = {0, 0, 0, 0, 0, 0, 0, 0, 0} end
-      local t = now
-      if bk[1] ~= 0 and bk[9] > t then t = bk[9] end
-      local granted, g
-      a, b, c, bk, granted, g = share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units - back, want, need, hosts, sh)
-      local ok, rem, reset, retry = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
-      retry = 0
-      if need > 0 and granted == 0 then
+  -- The items of blob (224 bytes each, of keys[i]): each one's reply appended to out, its key
+  -- written; an error reply on a bad item.
+  return function(keys, blob, out)
+    for i = 1, #keys do
+      local o = 1 + (i - 1) * 224
+      local algo, req, per, burst, refill, tok, depth, wsc, units, dprev, dat, want, need, hosts, back, back_at,
+            back_top = sunpack('<ddddddddddddddddd', blob, o)
+      local sh = {sunpack('<ddddddddddd', blob, o + 136)}
+      if not (algo >= 0 and algo <= 4 and algo % 1 == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1
+              and tok >= 1 and depth >= 1 and wsc >= 1 and want >= 0 and need >= 0 and hosts >= 1 and back >= 0) then
+        return redis.error_reply('ERR ratelimit script: bad item ' .. i)
+      end
+      local key = keys[i]
+      local s, a, b, c = pget('GET', key), 0, 0, 0
+      local bk
+      if s and (#s == 24 or #s == 96) then
+        a, b, c = sunpack('<ddd', s)
+        if #s == 96 then bk = {sunpack('<ddddddddd', s, 25)} end
+      elseif s then  -- the earlier layout (a hash), or WRONGTYPE from HMGET on anything else
+        local v = call('HMGET', key, 'a', 'b', 'c')
+        a, b, c = tonum(v[1]) or 0, tonum(v[2]) or 0, tonum(v[3]) or 0
+      end
+      local a0, b0, c0 = a, b, c
+      local o = #out
+      if algo <= 2 and (bk or sh[1] > 0) then
+        -- shares (share.cpp): the book's clock never goes back
+        if not bk then bk = {0, 0, 0, 0, 0, 0, 0, 0, 0} end
+        local t = now
+        if bk[1] ~= 0 and bk[9] > t then t = bk[9] end
+        local granted, g
+        a, b, c, bk, granted, g = share_key(algo, a, b, c, bk, t, burst, refill, tok, depth, units - back, want, need, hosts, sh)
+        local ok, rem, reset, retry = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
+        retry = 0
+        if need > 0 and granted == 0 then
+          ok, rem, reset, retry = decide_any(algo, a, b, c, need, req, per, burst, refill, tok, depth, wsc)
+          ok, rem, reset = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
+        end
+        local v = spack('<ddd', a, b, c)
+        if bk[1] ~= 0 then
+          reset = reset + bk[1] + 2 * bk[2] - now
+          v = v .. spack('<ddddddddd', bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], bk[7], bk[8], bk[9])
+        end
+        call('SET', key, v, 'PX', fmt('%d', ttl_ms(reset)))
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
+        out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = g[1], g[2], g[3], g[4], g[5]
+      else
+      a, b, c = give_back(algo, a, b, c, now, back, back_at, back_top, per, refill, tok, depth)
+      -- clamp_delta: a delta's time within Redis's clock (no host's clock spoils the state).
+      if algo <= 2 then
+        if dat > now then dat = now end
+        if dat < now - per then dat = now - per end
+      elseif units ~= 0 or dprev ~= 0 then
+        local w = now - now % per
+        if dat > w then
+          units, dprev, dat = units + dprev, 0, w
+        elseif dat < w - per then
+          units, dprev = 0, 0
+        end
+      end
+      a, b, c = apply_delta(algo, a, b, c, now, units, dprev, dat, per, refill, tok, depth)
+      -- grant: at most what remains, and a fair share of it, but `need` whenever it fits.
+      local ok, rem, reset, retry, w, x, y, z = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
+      local granted = 0
+      if need > rem then
         ok, rem, reset, retry = decide_any(algo, a, b, c, need, req, per, burst, refill, tok, depth, wsc)
-        ok, rem, reset = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
+      else
+        retry = 0
+        if want < need then want = need end
+        local share = rem % hosts  -- ceil_div
+        share = (rem - share) / hosts + (share ~= 0 and 1 or 0)
+        local n = min(min(want, rem), share)
+        if n < need then n = need end
+        if n > 0 then
+          ok, rem, reset, retry, w, x, y, z = decide_any(algo, a, b, c, n, req, per, burst, refill, tok, depth, wsc)
+          granted = n
+          if w then a, b, c = x, y, z end
+        end
       end
-      local v = spack('<ddd', a, b, c)
-      if bk[1] ~= 0 then
-        reset = reset + bk[1] + 2 * bk[2] - now
-        v = v .. spack('<ddddddddd', bk[1], bk[2], bk[3], bk[4], bk[5], bk[6], bk[7], bk[8], bk[9])
+      if need == 0 or granted > 0 then retry = 0 end
+      if a ~= a0 or b ~= b0 or c ~= c0 or (s and #s ~= 24) then
+        call('SET', key, spack('<ddd', a, b, c), 'PX', fmt('%d', ttl_ms(reset)))
       end
-      call('SET', key, v, 'PX', fmt('%d', ttl_ms(reset)))
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
-      out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = g[1], g[2], g[3], g[4], g[5]
-    else
-    a, b, c = give_back(algo, a, b, c, now, back, back_at, back_top, per, refill, tok, depth)
-    -- clamp_delta: a delta's time within Redis's clock (no host's clock spoils the state).
-    if algo <= 2 then
-      if dat > now then dat = now end
-      if dat < now - per then dat = now - per end
-    elseif units ~= 0 or dprev ~= 0 then
-      local w = now - now % per
-      if dat > w then
-        units, dprev, dat = units + dprev, 0, w
-      elseif dat < w - per then
-        units, dprev = 0, 0
+      out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = 0, 0, 0, 0, 0
       end
     end
-    a, b, c = apply_delta(algo, a, b, c, now, units, dprev, dat, per, refill, tok, depth)
-    -- grant: at most what remains, and a fair share of it, but `need` whenever it fits.
-    local ok, rem, reset, retry, w, x, y, z = decide_any(algo, a, b, c, 0, req, per, burst, refill, tok, depth, wsc)
-    local granted = 0
-    if need > rem then
-      ok, rem, reset, retry = decide_any(algo, a, b, c, need, req, per, burst, refill, tok, depth, wsc)
+  end
+end
+
+local function sync(keys, argv)
+  local now = clock(argv)
+  if not now then return redis.error_reply('ERR ratelimit script: bad time') end
+  if argv[1] == 'hosts' then
+    local window = tonum(argv[3])
+    if #keys ~= 1 or #argv ~= 4 or not window or window < 1 then
+      return redis.error_reply('ERR ratelimit script: bad arguments')
+    end
+    call('ZADD', keys[1], fmt('%d', now), argv[4])
+    call('ZREMRANGEBYSCORE', keys[1], '-inf', '(' .. fmt('%d', now - window))
+    call('PEXPIRE', keys[1], fmt('%d', ttl_ms(2 * window)))
+    return call('ZCARD', keys[1])
+  end
+  local blob = argv[3]
+  if (#argv ~= 3 and #argv ~= 4) or #blob ~= 224 * #keys then
+    return redis.error_reply('ERR ratelimit script: bad arguments')
+  end
+  -- A call id (ARGV[4], kCallMemory): a call sent again because its reply was lost is applied once.
+  local marker, again = recall(keys, argv[4])
+  if again then return again end
+  local out = {now}
+  local err = sync_items(now)(keys, blob, out)
+  if err then return err end
+  remember(marker, out)
+  return out
+end
+
+-- sync_command.h's count form: every item a count ask (want = need, no delta, no give-back, no
+-- share) of one gcra policy; ARGV[3] = the policy's 8 doubles once, then each item's need.
+-- Decided inline as sync_items decides such an item (decide_gcra unshaped, of 0, then of the
+-- need when it fits: bucket_decide's arithmetic, the grant's rules) on a value of 24 bytes or
+-- none, without a Lua call per item; any other value (a book of shares, the earlier layout)
+-- goes through sync_items. Replies as a sync call, and keeps its reply under its call id alike.
+local function sync_count(keys, argv)
+  local blob, nk = argv[3], #keys
+  if (#argv ~= 3 and #argv ~= 4) or #blob ~= 64 + 8 * nk then
+    return redis.error_reply('ERR ratelimit script: bad arguments')
+  end
+  local now = clock(argv)
+  if not now then return redis.error_reply('ERR ratelimit script: bad time') end
+  local algo, req, per, burst, refill, tok, depth, wsc = sunpack('<dddddddd', blob, 1)
+  if not (algo == 0 and req >= 1 and per >= 1 and burst >= 0 and refill >= 1 and tok >= 1 and depth >= 1
+          and wsc >= 1) then
+    return redis.error_reply('ERR ratelimit script: bad item 1')
+  end
+  local marker, again = recall(keys, argv[4])
+  if again then return again end
+  local horizon = (depth - depth % refill) / refill + 2
+  local out, items = {now}, nil
+  for i = 1, nk do
+    local key, need = keys[i], sunpack('<d', blob, 57 + 8 * i)
+    if not (need >= 0) then return redis.error_reply('ERR ratelimit script: bad item ' .. i) end
+    local s = pget('GET', key)
+    if s and #s ~= 24 then
+      if not items then items = sync_items(now) end
+      local err = items({key}, string.sub(blob, 1, 64) .. spack('<dddddddddddddddddddd', 0, 0, 0, need, need, 1, 0,
+                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), out)
+      if err then return err end
     else
-      retry = 0
-      if want < need then want = need end
-      local share = rem % hosts  -- ceil_div
-      share = (rem - share) / hosts + (share ~= 0 and 1 or 0)
-      local n = min(min(want, rem), share)
-      if n < need then n = need end
-      if n > 0 then
-        ok, rem, reset, retry, w, x, y, z = decide_any(algo, a, b, c, n, req, per, burst, refill, tok, depth, wsc)
-        granted = n
-        if w then a, b, c = x, y, z end
+      local a, b, c = 0, 0, 0
+      if s then a, b, c = sunpack('<ddd', s) end
+      local ahead, level, beyond = a - now, 0, 0
+      if ahead >= 0 then
+        if ahead > horizon then
+          beyond = ahead - horizon
+          ahead = horizon
+        end
+        level = ahead * refill + b
       end
-    end
-    if need == 0 or granted > 0 then retry = 0 end
-    if a ~= a0 or b ~= b0 or c ~= c0 or (s and #s ~= 24) then
-      call('SET', key, spack('<ddd', a, b, c), 'PX', fmt('%d', ttl_ms(reset)))
-    end
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
-    out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = 0, 0, 0, 0, 0
+      local rem = 0  -- of the decision of 0
+      if level < depth then
+        local left = depth - level
+        rem = (left - left % tok) / tok
+      end
+      local granted, retry, after = 0, 0, level
+      if need > rem then  -- rejected: when it would fit (-1: never)
+        if need > burst + 1 then
+          retry = -1
+        else
+          local over = level + need * tok - depth
+          local r = over % refill
+          retry = (over - r) / refill + beyond
+          if r ~= 0 then retry = retry + 1 end
+        end
+      elseif need > 0 then
+        granted = need
+        if need <= burst + 1 then after = level + need * tok end
+      end
+      if after ~= level then
+        local r = after % refill
+        local reset = (after - r) / refill + beyond
+        if r ~= 0 then reset = reset + 1 end
+        local x, y = now + (after - r) / refill, r
+        if x ~= a or y ~= b or c ~= 0 then
+          a, b, c = x, y, 0
+          call('SET', key, spack('<ddd', a, b, c), 'PX', fmt('%d', ttl_ms(reset)))
+        end
+      end
+      local o = #out
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
+      out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = 0, 0, 0, 0, 0
     end
   end
   remember(marker, out)

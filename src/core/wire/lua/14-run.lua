@@ -9,6 +9,7 @@ local function run(keys, argv)
     if mode == 'sync' or mode == 'hosts' then
       return sync(keys, argv)  -- sync zones
     end
+    if mode == 'count' then return sync_count(keys, argv) end  -- sync_command.h's count form
     if mode == 'reset' then return reset(keys, argv) end  -- the API's DELETE
     return redis.error_reply('ERR ratelimit script: bad arguments')
   end
