@@ -9,7 +9,8 @@
 #  - quantity=5 settle=0 (a window of 5): Q1 runs across a DELETE, 5 new requests fill the new
 #    window, Q1's give-back of 5 does not reach it (never more than 5 in the window); the same
 #    across a reload that resets the zone's layout (the old worker's give-back), and in sync
-#    zones (optimistic: the view and its unsent delta; lease: the units it holds).
+#    zones (optimistic: the view and its unsent delta; lease: the units it holds); a sync round
+#    in flight across the DELETE (Redis holding its call) does not fill the new life's view.
 # Redis per request (the DELETE keeps the time of the reset beside the key,
 # "<prefix>{<zone>:<hash>}:reset"; a refund or charge of an admission before it changes nothing):
 #  - quantity=5 settle=0 across a DELETE, as above;
@@ -36,12 +37,15 @@ avoid_window_edge(3600, 60);  # the windows of 1h must not turn during the test
 
 my $redis = start_redis();
 my $rp    = $redis->port;
+my $held  = start_redis();  # one sync zone's alone: its rounds are held there (CLIENT PAUSE)
+my $hp    = $held->port;
 my $b     = start_backend();
 my $up    = 'http://127.0.0.1:' . $b->port . '/hold';
 
 # k: the limited key; key: the backend's (one per request), and the witness zones' key.
 my $zones = <<"EOF";
     ratelimit_redis main 127.0.0.1:$rp prefix=t84: timeout=2s;
+    ratelimit_redis held 127.0.0.1:$hp prefix=t84: timeout=2s;
     ratelimit_algo fixed;
     ratelimit_zone c1 key=\$arg_k concurrency=1;
     ratelimit_zone ce key=\$arg_k concurrency=1 size=32k;
@@ -58,6 +62,7 @@ my $zones = <<"EOF";
     ratelimit_zone crw key=\$arg_key concurrency=10 redis=main;
     ratelimit_zone so key=\$arg_k requests=5 period=1h redis=main sync=100ms;
     ratelimit_zone sl key=\$arg_k requests=5 period=1h redis=main sync=100ms sync_mode=lease;
+    ratelimit_zone sr key=\$arg_k requests=5 period=1h redis=held sync=100ms;
     ratelimit_zone sw key=\$arg_key requests=5 period=1h;
 EOF
 my $locations = <<"EOF";
@@ -80,6 +85,7 @@ my $locations = <<"EOF";
         location /so1    { ratelimit zone=so; empty_gif; }
         location /sl     { ratelimit zone=sl quantity=5 settle=0; ratelimit zone=sw quantity=5 settle=0; proxy_pass $up; }
         location /sl1    { ratelimit zone=sl; empty_gif; }
+        location /sr1    { ratelimit zone=sr; empty_gif; }
         location /api/   { ratelimit_api write=on; }
 EOF
 sub http_conf {
@@ -224,6 +230,28 @@ settle_across_delete('/q', 'q5', 'qw', 'a settle across a DELETE');
 # same rule (the witness's settle is handled in the same pass).
 settle_across_delete('/so', 'so', 'sw', 'a sync (optimistic) settle across a DELETE');
 settle_across_delete('/sl', 'sl', 'sw', 'a sync (lease) settle across a DELETE');
+
+# A round in flight across the DELETE: its reply (the old life's global state) lands after the
+# key's view was reset, and gives the new life nothing. The zone's Redis holds the round's call
+# (a pause of writes) until after the DELETE; then it runs the call, then the reset.
+{
+    my $what = 'a sync round in flight across a DELETE';
+    is(hit('/sr1?k=R', 5), '200 200 200 200 200', "$what: 5 admitted on key R");
+    my ($ok, $v) = $held->cmd('CLIENT', 'PAUSE', '1000', 'WRITE');
+    is($ok ? $v : "ERR $v", 'OK', "$what: Redis holds writes for 1 s");
+    is(hit('/sr1?k=R', 1), '429', "$what: the 6th is rejected (its view asks for the global state)");
+    my $deadline = time + 1;
+    my $waits = 0;
+    while (!$waits && time < $deadline) {
+        my ($cok, $list) = $held->cmd('CLIENT', 'LIST');
+        $waits = $cok && $list =~ /flags=\w*b\w* .* cmd=(?:fcall|evalsha)\b/;
+        sleep 0.01 unless $waits;
+    }
+    ok($waits, "$what: a round's call waits in Redis");
+    is(delete_key('sr', 'R'), '200 reset', "$what: DELETE of key R (answered once Redis runs again)");
+    is(hit('/sr1?k=R', 5), '200 200 200 200 200', "$what: the new window admits 5");
+    is(hit('/sr1?k=R', 1), '429', "$what: the next is rejected");
+}
 
 # ---------------------------------------------------------- Redis per request
 

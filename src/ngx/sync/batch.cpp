@@ -65,17 +65,16 @@ rl_sync_item_t* rl_sync_item_push(rl_sync_batch_t* b, rl::Slot* slot, const rl::
     it->si.hash = slot->hash;
     it->si.policy = p;
     it->si.hosts = zs->zone->sync_shm->hosts > 0 ? zs->zone->sync_shm->hosts : 1;
-    it->ref = rl::table_ref(zs->zone->table, slot);
+    it->life = rl::slot_life(zs->zone->table, slot);
     it->algo = slot->algo;
     return it;
 }
 
-// The slot an item came from, if it still holds the item's key.
+// The slot an item came from, if it still holds the item's key in the life the item was taken
+// from: a reply that lands after a DELETE (or an eviction) gives the key's new life nothing of
+// the old one's global state, delta or lease.
 rl::Slot* rl_sync_item_slot(rl_zone_t* zone, const rl_sync_item_t& it) noexcept {
-    rl::TableHeader* t = zone->table;
-    if (it.ref == 0 || it.ref > t->used) return nullptr;
-    rl::Slot* s = rl::table_slot(t, it.ref);
-    return s->hash == it.si.hash && s->algo == it.algo ? s : nullptr;
+    return rl::table_find_life(zone->table, it.si.hash, it.algo, it.life);
 }
 
 rl_sync_item_t* rl_sync_item_find(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) noexcept {
@@ -161,14 +160,14 @@ void call_failed(rl_sync_call_t* call) {
             // asks go again.
             if (it.si.share.rate[1] > 0) k->asks.asked_next = 0;
             if (it.si.share.epoch_us > 0 || it.si.need > 0) k->asked_at = 0;
-            rl_sync_mark(h, it.ref);
+            rl_sync_mark(h, it.life.ref);
             continue;
         }
         if (it.si.give_back > 0 && k->lease.units == 0) {  // else they drain in Redis
             k->lease = rl::Lease{it.si.give_back, it.si.give_back_top, it.si.give_back_at};
         }
         if (it.si.want > 0) k->asked_at = 0;
-        rl_sync_mark(h, it.ref);
+        rl_sync_mark(h, it.life.ref);
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     b->failed = true;
@@ -270,7 +269,7 @@ taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
         if (it.si.want > 0) k->asked_at = 0;
         it.need_granted = kr.need_granted;
         it.got = kr.need_granted ? it.si.need : 0;
-        if (kr.keep) rl_sync_mark(h, it.ref);  // given back when idle
+        if (kr.keep) rl_sync_mark(h, it.life.ref);  // given back when idle
     }
     ngx_shmtx_unlock(&zone->shpool->mutex);
     if (!clock_ok) {

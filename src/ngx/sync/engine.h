@@ -26,7 +26,8 @@ enum {
 
 struct rl_sync_item_t {
     rl::SyncItem si;
-    uint32_t ref;    // its slot, to apply the reply (skipped if the slot went to another key)
+    rl::SlotLife life;  // its slot's life when taken: the reply goes to that life only (not after a
+                        // DELETE reset the key, nor once the slot went to another key)
     uint8_t algo;
     uint16_t slot;   // cluster slot of its Redis key
     bool need_granted;  // lease: Redis granted `need`: the requests counted in it are admitted
