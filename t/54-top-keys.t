@@ -1,7 +1,7 @@
 # Top keys (issue 32), at the JSON level against a real nginx: ratelimit_zone top=K (default 16
 # in zones of 256k and more, top=0 off, bounds and the zone's room checked at nginx -t), the
 # zone's start line stating the summary's memory; GET .../zones/NAME/top: 3 keys flooding among
-# 1,500 rejected once each are its top 3, counted exactly, the bound N / K; n= (default 10,
+# 1,500 rejected once each are its top 3, each 50 within its error (<= 1), the bound N / K; n= (default 10,
 # above K: K, else 400); a key's text cut at 64 bytes (no reset then), hostile bytes escaped and
 # reset by the query the API spells; $binary_remote_addr and $ratelimit_client_prefix keys as
 # their address and prefix, reset by addr=; blocked rejections, in-flight, dry-run, Redis and
@@ -106,8 +106,14 @@ like($n->error_log, qr/ratelimit zone "tiny": \d+ keys of 56 bytes, \d+ buckets;
     my @three = sort { $a->{key} cmp $b->{key} } @{ $t->{top} }[0 .. 2];
     is_deeply([map { $_->{key} } @three], [qw(flood-a flood-b flood-c)], 'the 3 flooders are its top 3')
         or diag explain $t;
-    is_deeply([map { $_->{rejected} } @three], [50, 50, 50], 'counted exactly: 50 rejections each');
-    cmp_ok($_->{error}, '<=', 1, "$_->{key}: error $_->{error} (its first rejection counted in a cell)") for @three;
+    # Each count bounds its 50 from above, within its error (count - error <= true <= count):
+    # exact unless the flooder's first rejection fell in a cell another key had counted in
+    # (the cells' keyed hash is random per zone: it happened in 1 of ~14 CI runs of this file).
+    for my $f (@three) {
+        ok($f->{rejected} >= 50 && $f->{rejected} - $f->{error} <= 50,
+           "$f->{key}: its 50 rejections within its count $f->{rejected} and error $f->{error}");
+        cmp_ok($f->{error}, '<=', 1, "$f->{key}: error $f->{error} (its first rejection counted in a cell)");
+    }
     is($t->{rejections}, 1650, 'N: every rejection of the window');
     is($t->{bound}, int(1650 / 16), 'the bound: N / K');
     is($t->{top_k}, 16, 'K');
