@@ -417,8 +417,19 @@ void reader_failed(rl_conn_t* conn) {
 }
 
 // Hands each complete reply hiredis read to its op. False if the connection failed meanwhile.
+// hiredis between two replies, with bytes left whose next reply an op expects as integers:
+// those bytes are the integer path's again (take_bytes), not hiredis's.
+bool next_is_ints(const rl_conn_t* conn) {
+    const redisReader* r = conn->reader;
+    if (r->ridx != -1 || r->pos >= r->len || r->buf[r->pos] != '*' || ngx_queue_empty(&conn->inflight)) return false;
+    const rl_conn_op_t* op = ngx_queue_data(ngx_queue_head(&conn->inflight), rl_conn_op_t, queue);
+    return op->ints != nullptr;
+}
+
 bool take_replies(rl_conn_t* conn, ngx_connection_t* c) {
-    for (;;) {
+    // The first reply is hiredis's whatever it is: the integer path may have refused it.
+    for (bool first = true;; first = false) {
+        if (!first && next_is_ints(conn)) return true;
         void* obj = nullptr;
         if (redisReaderGetReply(conn->reader, &obj) != REDIS_OK) {
             reader_failed(conn);
@@ -476,15 +487,27 @@ bool keep_start(rl_conn_t* conn, const u_char* p, size_t len) {
 // hiredis reads nothing now: no reply begun, nothing buffered.
 bool reader_idle(const rl_conn_t* conn) { return conn->reader->ridx == -1 && conn->reader->pos == conn->reader->len; }
 
-// Bytes from the socket. The replies of ops that expect integers (rl_conn_expect_ints) are read
-// straight from them; every other reply, and one such an op gets in another shape (an error, a
-// redirect, anything malformed or hostile), goes through hiredis's reader as ever, and so do all
-// the bytes after it until hiredis is idle again. False if the connection failed meanwhile.
-bool take_bytes(rl_conn_t* conn, ngx_connection_t* c, const u_char* data, size_t n) {
-    if (!reader_idle(conn)) return feed_reader(conn, c, data, n);
+// Moves the bytes hiredis holds past its last reply into conn->in (empty while hiredis reads),
+// when the next reply is one for the integer path (next_is_ints). False if not (or no memory:
+// hiredis keeps them, and reads them as ever).
+bool hand_back(rl_conn_t* conn) {
+    if (!next_is_ints(conn)) return false;
+    redisReader* r = conn->reader;
+    size_t rest = r->len - r->pos;
+    if (!room(reinterpret_cast<void**>(&conn->in), &conn->in_cap, rest, conn->shared->log)) return false;
+    ngx_memcpy(conn->in, r->buf + r->pos, rest);
+    conn->in_len = rest;
+    r->pos = r->len;  // consumed: hiredis drops it at its next read
+    return true;
+}
+
+// The integer path: data[0, n) after what conn->in holds (a reply's start kept from the last
+// read, or bytes hiredis handed back). Replies are read straight as integers while the op they
+// answer expects them; the first that is not, and all after it, go to hiredis.
+bool take_ints(rl_conn_t* conn, ngx_connection_t* c, const u_char* data, size_t n) {
     const u_char* p = data;
     size_t len = n;
-    if (conn->in_len > 0) {  // a reply's start came with the last read
+    if (conn->in_len > 0) {  // a reply's start came with the last read, or hiredis handed bytes back
         size_t want = conn->in_len + n;
         if (want > conn->in_cap) {
             void* mem = nullptr;
@@ -498,7 +521,7 @@ bool take_bytes(rl_conn_t* conn, ngx_connection_t* c, const u_char* data, size_t
             conn->in = static_cast<u_char*>(mem);
             conn->in_cap = cap;
         }
-        ngx_memcpy(conn->in + conn->in_len, data, n);
+        if (n > 0) ngx_memcpy(conn->in + conn->in_len, data, n);
         p = conn->in;
         len = conn->in_len += n;
     }
@@ -546,6 +569,24 @@ bool take_bytes(rl_conn_t* conn, ngx_connection_t* c, const u_char* data, size_t
     }
     conn->in_len = 0;
     return len == 0 || feed_reader(conn, c, p, len);
+}
+
+// Bytes from the socket. The replies of ops that expect integers (rl_conn_expect_ints) are read
+// straight from them; every other reply, and one such an op gets in another shape (an error, a
+// redirect, anything malformed or hostile), goes through hiredis's reader as ever, and so do the
+// bytes after it until hiredis is between replies with an integer reply next (hand_back).
+// False if the connection failed meanwhile.
+bool take_bytes(rl_conn_t* conn, ngx_connection_t* c, const u_char* data, size_t n) {
+    if (!reader_idle(conn)) {
+        if (!feed_reader(conn, c, data, n)) return false;
+        if (!hand_back(conn)) return true;
+        n = 0;  // what is left is in conn->in
+    }
+    for (;;) {
+        if (!take_ints(conn, c, data, n)) return false;
+        if (!hand_back(conn)) return true;
+        n = 0;
+    }
 }
 
 void on_read(ngx_event_t* rev) noexcept {

@@ -49,9 +49,29 @@ namespace {
 
 void batch_free(rl_sync_batch_t* b) {
     b->items.reset();
+    ngx_free(b->index);
     ngx_free(b->calls);
     b->waiters.reset();
     ngx_free(b);
+}
+
+// Where a key's item number is looked for first in the index.
+size_t index_home(const rl::KeyHash& hash, uint8_t algo, size_t cap) { return (hash.lo ^ algo) & (cap - 1); }
+
+void index_put(rl_sync_batch_t* b, size_t i) {
+    const rl_sync_item_t& it = b->items.elts[i];
+    size_t k = index_home(it.si.hash, it.algo, b->index_cap);
+    while (b->index[k] != 0) k = (k + 1) & (b->index_cap - 1);
+    b->index[k] = static_cast<uint32_t>(i + 1);
+}
+
+// The index of the batch's items laid out afresh (cap: a power of two above twice the items);
+// without memory, none: rl_sync_item_find scans.
+void index_build(rl_sync_batch_t* b, size_t cap) {
+    ngx_free(b->index);
+    b->index = static_cast<uint32_t*>(ngx_calloc(cap * sizeof(uint32_t), rl_sync_log));
+    b->index_cap = b->index != nullptr ? cap : 0;
+    for (size_t i = 0; b->index != nullptr && i < b->items.n; i++) index_put(b, i);
 }
 
 }  // namespace
@@ -67,6 +87,11 @@ rl_sync_item_t* rl_sync_item_push(rl_sync_batch_t* b, rl::Slot* slot, const rl::
     it->si.hosts = zs->zone->sync_shm->hosts > 0 ? zs->zone->sync_shm->hosts : 1;
     it->life = rl::slot_life(zs->zone->table, slot);
     it->algo = slot->algo;
+    if (b->items.n * 2 > b->index_cap) {
+        index_build(b, b->index_cap > 0 ? 2 * b->index_cap : 64);
+    } else {
+        index_put(b, b->items.n - 1);
+    }
     return it;
 }
 
@@ -78,6 +103,13 @@ rl::Slot* rl_sync_item_slot(rl_zone_t* zone, const rl_sync_item_t& it) noexcept 
 }
 
 rl_sync_item_t* rl_sync_item_find(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo) noexcept {
+    if (b != nullptr && b->index != nullptr) {
+        for (size_t k = index_home(hash, algo, b->index_cap); b->index[k] != 0; k = (k + 1) & (b->index_cap - 1)) {
+            rl_sync_item_t* it = &b->items.elts[b->index[k] - 1];
+            if (it->si.hash == hash && it->algo == algo) return it;
+        }
+        return nullptr;
+    }
     for (size_t k = 0; b != nullptr && k < b->items.n; k++) {
         if (b->items.elts[k].si.hash == hash && b->items.elts[k].algo == algo) return &b->items.elts[k];
     }
@@ -112,11 +144,14 @@ void batch_done(rl_sync_batch_t* b) {
 // ---- calls -------------------------------------------------------------------------------
 
 void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept;
+bool on_call_ints(rl_conn_op_t* op, const int64_t* values, size_t n) noexcept;
 
 bool send_call(rl_sync_call_t* call, bool asking) {
     rl_sync_batch_t* b = call->batch;
     rl_redis_t* redis = b->zs->redis;
-    rl::SyncItem items[kRlSyncItemsPerCall];
+    // Static: a call's items are copied in (only its own); one on the stack would be zeroed
+    // whole for every call (~25 KiB).
+    static rl::SyncItem items[kRlSyncItemsPerCall];
     for (size_t i = 0; i < call->n; i++) items[i] = b->items.elts[call->first + i].si;
     std::string_view prefix = rl_sv(redis->prefix);
     size_t len = rl::sync_command_bound(prefix, items, call->n);
@@ -135,7 +170,9 @@ bool send_call(rl_sync_call_t* call, bool asking) {
     len = rl::write_sync_command(buf, rl_node_script(call->node), false, prefix, items, call->n, 0, id);
     call->sent_us = rl_sync_local_us();
     if (call->first_sent_us == 0) call->first_sent_us = call->sent_us;
-    return rl_node_send(call->node, reinterpret_cast<u_char*>(buf), len, on_call_reply, call, 1, asking) != nullptr;
+    rl_conn_op_t* op = rl_node_send(call->node, reinterpret_cast<u_char*>(buf), len, on_call_reply, call, 1, asking);
+    if (op != nullptr) rl_conn_expect_ints(op, on_call_ints, rl::sync_reply_len(call->n));
+    return op != nullptr;
 }
 
 
@@ -189,24 +226,15 @@ void refused(rl_sync_call_t* call, const char* why) {
 
 enum taken_e { TAKEN, BAD_SHAPE, BAD_CLOCK };
 
-// Applies a reply: {now_us, then per key a, b, c, granted, retry_after_us}. Not at all if its
-// shape is not that, or Redis's clock stepped (refused, logged and counted here): the call is
-// then sent again.
-taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
+// Applies a reply's integers: {now_us, then per key its state, grant, retry and shares}
+// (sync_command.h). Not at all if they do not decode, or Redis's clock stepped (refused, logged
+// and counted here): the call is then sent again.
+taken_e take_values(rl_sync_call_t* call, const int64_t* values, size_t nvalues) {
     rl_sync_batch_t* b = call->batch;
     rl_zone_t* zone = b->zs->zone;
     rl_sync_shm_t* h = zone->sync_shm;
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != rl::sync_reply_len(call->n)) return BAD_SHAPE;
-    size_t nvalues = reply->elements;
-    auto* mem = static_cast<u_char*>(
-        rl_redis_scratch(b->zs->redis, nvalues * sizeof(int64_t) + call->n * sizeof(rl::SyncResult)));
-    if (mem == nullptr) return BAD_SHAPE;
-    auto* values = reinterpret_cast<int64_t*>(mem);
-    auto* results = reinterpret_cast<rl::SyncResult*>(values + nvalues);
-    for (size_t i = 0; i < nvalues; i++) {
-        if (reply->element[i]->type != REDIS_REPLY_INTEGER) return BAD_SHAPE;
-        values[i] = reply->element[i]->integer;
-    }
+    auto* results = static_cast<rl::SyncResult*>(rl_redis_scratch(b->zs->redis, call->n * sizeof(rl::SyncResult)));
+    if (results == nullptr) return BAD_SHAPE;
     int64_t redis_now = 0;
     if (!rl::decode_sync_reply(values, nvalues, call->n, results, &redis_now)) return BAD_SHAPE;
 
@@ -285,6 +313,24 @@ taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
     return TAKEN;
 }
 
+// The same from hiredis's reply (one the connection did not read as integers).
+taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != rl::sync_reply_len(call->n)) return BAD_SHAPE;
+    size_t nvalues = reply->elements;
+    auto* values = static_cast<int64_t*>(ngx_alloc(nvalues * sizeof(int64_t), rl_sync_log));
+    if (values == nullptr) return BAD_SHAPE;
+    for (size_t i = 0; i < nvalues; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+            ngx_free(values);
+            return BAD_SHAPE;
+        }
+        values[i] = reply->element[i]->integer;
+    }
+    taken_e taken = take_values(call, values, nvalues);
+    ngx_free(values);
+    return taken;
+}
+
 void call_resend(ngx_event_t* ev) noexcept;
 
 // A call's reply was lost or refused: sent again with its id after an interval, while that is
@@ -327,6 +373,21 @@ void on_call_reply(rl_conn_op_t* op, redisReply* reply) noexcept {
     call_settled(call);
 }
 
+// The reply read straight as integers (the common case); one that does not decode goes to
+// on_call_reply as hiredis reads it, which says why. A clock refused was logged and counted.
+bool on_call_ints(rl_conn_op_t* op, const int64_t* values, size_t n) noexcept {
+    auto* call = static_cast<rl_sync_call_t*>(op->data);
+    taken_e taken = take_values(call, values, n);
+    if (taken == BAD_SHAPE) return false;
+    if (taken == BAD_CLOCK && !call_again(call)) {
+        call_failed(call);
+        call_settled(call);
+    } else if (taken == TAKEN) {
+        call_settled(call);
+    }
+    return true;
+}
+
 void call_resend(ngx_event_t* ev) noexcept {
     auto* call = static_cast<rl_sync_call_t*>(ev->data);
     rl_redis_t* redis = call->batch->zs->redis;
@@ -359,8 +420,10 @@ bool plan_calls(rl_sync_batch_t* b) {
         }
         std::sort(b->items.elts, b->items.elts + b->items.n,
                   [](const rl_sync_item_t& x, const rl_sync_item_t& y) { return x.slot < y.slot; });
+        if (b->index != nullptr) index_build(b, b->index_cap);  // the items moved
     }
-    size_t most = b->items.n;  // calls at most: one per key
+    // Calls at most: one per key in a cluster, else one per kRlSyncItemsPerCall.
+    size_t most = redis->cluster ? b->items.n : (b->items.n + kRlSyncItemsPerCall - 1) / kRlSyncItemsPerCall;
     b->calls = static_cast<rl_sync_call_t*>(ngx_calloc(most * sizeof(rl_sync_call_t), rl_sync_log));
     if (b->calls == nullptr) return false;
     for (size_t i = 0; i < b->items.n;) {

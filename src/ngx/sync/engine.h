@@ -64,6 +64,8 @@ struct rl_sync_batch_t {
     bool failed;
     ngx_uint_t pending;  // calls without an outcome yet
     rl_array_t<rl_sync_item_t> items;
+    uint32_t* index;     // items by key (rl_sync_item_find): item number + 1, 0 empty; null: scanned
+    size_t index_cap;    // a power of two, at least twice the items
     rl_sync_call_t* calls;
     size_t ncalls;
     rl_array_t<rl_lease_wait_t*> waiters;  // lease asks: the requests waiting (nullptr once gone)

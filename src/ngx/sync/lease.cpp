@@ -110,9 +110,7 @@ void unneed(rl_sync_batch_t* b, rl_ctx_t* ctx) {
 // A cold key's requests (`waiting`, core/reconcile/sync.h warmth_hot) holding no share are asked
 // for exactly what they cost (`need`, a count ask: no share even where buckets share), as a
 // per-request check: nothing is left to give back.
-rl_sync_item_t* ask_item(rl_sync_batch_t* b, const rl::KeyHash& hash, uint8_t algo, const rl::Policy* policy,
-                         int64_t now, bool waiting) {
-    rl::Slot* slot = rl::table_acquire(b->zs->zone->table, hash, algo, nullptr);
+rl_sync_item_t* ask_item(rl_sync_batch_t* b, rl::Slot* slot, const rl::Policy* policy, int64_t now, bool waiting) {
     rl_sync_key_t* k = rl_sync_key(slot);
     rl_sync_item_t* it = rl_sync_item_push(b, slot, policy);
     if (it == nullptr) return nullptr;
@@ -158,7 +156,7 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
         const rl_ahead_t& a = g_ahead[i];
         if (a.zs != zs || rl_sync_item_find(b, a.hash, a.algo) != nullptr) continue;
         if (b == nullptr && (b = rl_sync_batch_new(zs, true)) == nullptr) break;
-        ask_item(b, a.hash, a.algo, a.policy, now, false);
+        ask_item(b, rl::table_acquire(zone->table, a.hash, a.algo, nullptr), a.policy, now, false);
     }
     for (ngx_queue_t* q = ngx_queue_head(&g_waiting); q != ngx_queue_sentinel(&g_waiting); q = ngx_queue_next(q)) {
         rl_lease_wait_t* w = ngx_queue_data(q, rl_lease_wait_t, link);
@@ -172,13 +170,14 @@ rl_sync_batch_t* lease_batch(rl_sync_zone_t* zs) {
                 // One ask at a time per key and host: grants answered out of order would stack
                 // lower than they are (and be hard to give back). Beside another worker's ask,
                 // the request looks again shortly.
-                rl_sync_key_t* k = rl_sync_key(rl::table_acquire(zone->table, res.hash, algo, nullptr));
+                rl::Slot* slot = rl::table_acquire(zone->table, res.hash, algo, nullptr);
+                rl_sync_key_t* k = rl_sync_key(slot);
                 if (k->asked_at != 0 && now - k->asked_at < kRlStaleAsk) {
                     w->polling = true;
                     continue;
                 }
                 if (b == nullptr && (b = rl_sync_batch_new(zs, true)) == nullptr) break;
-                if ((it = ask_item(b, res.hash, algo, &res.applied->policy, now, true)) == nullptr) continue;
+                if ((it = ask_item(b, slot, &res.applied->policy, now, true)) == nullptr) continue;
             }
             rl_lease_wait_t** slot = b->waiters.push(rl_sync_log);
             if (slot == nullptr) continue;  // out of memory: that request falls back
