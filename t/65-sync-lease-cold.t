@@ -130,4 +130,30 @@ for my $z (@Z{qw(cw cb)}) {
     cmp_ok($sent, '<', 15, "cs: fewer keys sent than requests ($sent for 15)");
 }
 
+# ---------------------------------------------------------------- a count call's reply lost
+# A cold key's call (the count form) has no id and is not sent again: its request is decided by
+# the fallback, and Redis keeps the unit it admitted (more limiting, never less). Behind a proxy
+# that replaces each sync reply by an error once Redis ran the call.
+{
+    my $p = start_proxy(upstream => $redis);
+    my $z = { name => 'lc', algo => 'gcra', requests => 3, period => 3600, burst => 2, sync => 0.1, mode => 'lease' };
+    my $n2 = start_nginx(<<"EOF2");
+    ratelimit_redis r2 127.0.0.1:${\ $p->port } timeout=300ms;
+    ${\ zone_line($z, 'r2') }
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        add_header X-Status \$ratelimit_status always;
+        location = /lc { ratelimit zone=lc; empty_gif; }
+    }
+EOF2
+    ok(wait_until(sub { my ($s) = $n2->get('/lc?k=warm'); ($s // 0) == 200 }, timeout => 5), 'lc: the zone answers');
+    my $before = $p->count_calls;
+    $p->mode('sync_lose');
+    my ($s, $h) = $n2->get('/lc?k=lost');
+    sleep 1;    # ten intervals: a call sent again with its id would go every interval
+    $p->mode('pass');
+    is("$s " . ($h->{'x-status'} // ''), '200 ERROR', 'lc: the cold key\'s reply lost: decided by the fallback');
+    is($p->count_calls - $before, 1, 'lc: its count call was not sent again (one in ten intervals)');
+}
+
 done_testing;

@@ -291,7 +291,8 @@ TEST_P(SyncDiff, Timelines) {
 // asked shares (the general form), which the count form decides through the general item code,
 // in the middle of its inline items. One call in four is sent in the general form, so each form
 // reads what the other wrote. A call with an id is sometimes sent again (its reply lost): the
-// same reply, no state changed.
+// same reply, no state changed (the engine gives count calls no id, sync_count_form: the Lua
+// keeps the reply of any call that has one).
 TEST_P(SyncDiff, CountCalls) {
     std::mt19937_64 rng(977);
     auto pick = [&rng](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };

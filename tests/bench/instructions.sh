@@ -7,11 +7,13 @@
 #   tests/bench/instructions.sh        (needs valgrind; Redis row: redis-server, else skipped)
 #   METRICS=on tests/bench/instructions.sh   the same with a ratelimit_metrics location: every
 #                                            zone and Redis counts into the metrics' shared memory
-#   SYNC=on tests/bench/instructions.sh      two more rows: gcra with sync=100ms, optimistic and
+#   SYNC=on tests/bench/instructions.sh      more rows: gcra with sync=100ms, optimistic and
 #                                            lease (their rounds run on timers inside the event
 #                                            loop, so they count, spread over the requests; idle,
 #                                            the zones still send a round each interval, which
-#                                            every row then counts too: hence not by default)
+#                                            every row then counts too: hence not by default),
+#                                            and a new key each request on the Redis zone and
+#                                            the lease zone (a lease zone's cold keys, issue 33)
 #   SETTLE=on tests/bench/instructions.sh    rows with settle=: equal to the quantity (nothing to
 #                                            send), and charging one unit more (shared memory, Redis;
 #                                            the GETs and SETs Redis ran per request, its scripts'
@@ -118,7 +120,9 @@ if [[ ${SETTLE:-off} == on ]]; then
 fi
 if [[ -n $redis_port && ${SYNC:-off} == on ]]; then
     CASES+=("ratelimit gcra, Redis, sync=100ms optimistic|ratelimit zone=z_sync; empty_gif;"
-        "ratelimit gcra, Redis, sync=100ms lease|ratelimit zone=z_lease; empty_gif;")
+        "ratelimit gcra, Redis, sync=100ms lease|ratelimit zone=z_lease; empty_gif;"
+        "ratelimit gcra, Redis, a new key each request|ratelimit zone=z_redisnew; empty_gif;"
+        "ratelimit gcra, Redis, sync=100ms lease, a new key each request|ratelimit zone=z_leasenew; empty_gif;")
 fi
 
 {
@@ -148,6 +152,8 @@ fi
         if [[ ${SYNC:-off} == on ]]; then
             echo "  ratelimit_zone z_sync key=one $quota burst=1000 redis=r sync=100ms size=1m;"
             echo "  ratelimit_zone z_lease key=one $quota burst=1000 redis=r sync=100ms sync_mode=lease size=1m;"
+            echo "  ratelimit_zone z_redisnew key=\$arg_k $quota burst=1000 redis=r;"
+            echo "  ratelimit_zone z_leasenew key=\$arg_k $quota burst=1000 redis=r sync=100ms sync_mode=lease size=64m;"
         fi
     fi
     PORTS=()
@@ -188,7 +194,7 @@ for i in "${!CASES[@]}"; do
     callgrind_control -z "$VG" >/dev/null
     cmds0=$(redis_commands) gets0=$(redis_stat get) sets0=$(redis_stat set)
     if ((${#script[@]})); then
-        out=$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER_CASE}s" "${script[@]}" "$url" -- 1000000 "$i" 2>&1)
+        out=$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER_CASE}s" "${script[@]}" "$url" -- 1000000 "$i" "$PIPELINE" 2>&1)
     elif ((PIPELINE > 1)); then
         out=$(wrk -t1 -c"$CONNS" -d"${SECONDS_PER_CASE}s" -s "$HERE/one-key.lua" "$url" -- "$PIPELINE" 2>&1)
     else

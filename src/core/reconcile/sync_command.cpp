@@ -150,6 +150,8 @@ SyncResult sync_key(const State& s, const SyncItem& it, int64_t now, Decision* d
     return out;
 }
 
+bool sync_count_form(const SyncItem* items, size_t n) noexcept { return count_call(items, n); }
+
 size_t sync_command_len(CommandScript script, bool injected_time, std::string_view prefix, const SyncItem* items,
                         size_t n, int64_t now_us, std::string_view call_id, SyncForm form) noexcept {
     return write_sync_command(nullptr, script, injected_time, prefix, items, n, now_us, call_id, form);

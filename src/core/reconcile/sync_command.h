@@ -94,6 +94,11 @@ size_t sync_command_len(CommandScript script, bool injected_time, std::string_vi
 size_t write_sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                           const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id = {},
                           SyncForm form = SyncForm::best) noexcept;
+// Whether SyncForm::best sends these items in the count form. The engine sends such a call
+// without an id and not again once its reply is lost: a count call's keys have nothing to merge
+// back, and a reply lost after Redis ran it leaves their units counted there (their requests
+// are decided by the fallback): it limits more, never less, and no call keeps a reply for it.
+bool sync_count_form(const SyncItem* items, size_t n) noexcept;
 // An upper bound of the production call's size (zone names of at most kMaxZoneLen bytes, a
 // call id of at most kSyncCallIdMax).
 size_t sync_command_bound(std::string_view prefix, const SyncItem* items, size_t n) noexcept;

@@ -4,7 +4,8 @@
 // is lost or refused is sent again with its id (once its connection is back), for
 // kRlSyncResendFor at most: the script replays the reply of a call that ran, so it is applied
 // once. A call that cannot be sent at all, or still fails after that, puts its keys back: a
-// reply lost for longer after Redis applied the call counts its delta once more.
+// reply lost for longer after Redis applied the call counts its delta once more. A call of cold
+// keys' count asks (the count form) has no id and is not sent again (rl::sync_count_form).
 #include "ngx/sync/engine.h"
 
 #include "core/wire/redis_keys.h"
@@ -157,7 +158,8 @@ bool send_call(rl_sync_call_t* call, bool asking) {
     size_t len = rl::sync_command_bound(prefix, items, call->n);
     auto* buf = static_cast<char*>(rl_redis_scratch(redis, len));
     if (buf == nullptr) return false;
-    if (call->id_len == 0) {
+    call->counted = rl::sync_count_form(items, call->n);
+    if (call->id_len == 0 && !call->counted) {
         // Unique among the hosts: this host's random tag (the end of its id), the worker, a count.
         static uint64_t count;
         const rl_sync_shm_t* h = b->zs->zone->sync_shm;
@@ -334,11 +336,11 @@ taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
 void call_resend(ngx_event_t* ev) noexcept;
 
 // A call's reply was lost or refused: sent again with its id after an interval, while that is
-// recent enough for the script to remember the call; true if so.
+// recent enough for the script to remember the call; true if so. Never a count call.
 bool call_again(rl_sync_call_t* call) {
     rl_sync_zone_t* zs = call->batch->zs;
     int64_t limit = ngx_exiting || ngx_quit ? kRlSyncResendExiting : kRlSyncResendFor;
-    if (ngx_terminate || rl_sync_local_us() - call->first_sent_us >= limit) return false;
+    if (call->counted || ngx_terminate || rl_sync_local_us() - call->first_sent_us >= limit) return false;
     call->resend.handler = call_resend;
     call->resend.data = call;
     call->resend.log = rl_sync_log;

@@ -52,6 +52,7 @@ struct rl_sync_call_t {
     ngx_event_t resend;
     u_char id[40];
     uint8_t id_len;
+    bool counted;     // in the count form: no id, not sent again (rl::sync_count_form)
 };
 
 constexpr int64_t kRlSyncResendFor = 5000000;  // us; well within the script's memory of a call (10 s)

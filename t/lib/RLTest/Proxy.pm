@@ -36,6 +36,7 @@ package RLTest::Proxy;
 #                          (modes "charge" and "refund" of the script) are thrown away once Redis
 #                          ran them, and their connection is closed, then back to pass by itself
 #   $p->rewritten           sync replies rewritten, lost or closed on so far
+#   $p->count_calls         sync calls in the count form relayed so far
 #   $p->settles             "<ran> <dropped>": settle calls Redis answered (through the proxy)
 #                          and the replies of those thrown away, so far
 #   $p->accepted            connections accepted so far
@@ -89,6 +90,7 @@ sub mode {
 
 sub accepted { $_[0]->_ask('count') }
 sub rewritten { $_[0]->_ask('rewritten') }
+sub count_calls { $_[0]->_ask('count_calls') }
 sub settles { $_[0]->_ask('settles') }
 
 sub _ask {
@@ -217,6 +219,7 @@ sub _serve {
                     if ($cmd eq 'port') { $reply = $listen->sockport }
                     elsif ($cmd eq 'count') { $reply = $accepted }
                     elsif ($cmd eq 'rewritten') { $reply = $SYNC{done} }
+                    elsif ($cmd eq 'count_calls') { $reply = $SYNC{count_calls} // 0 }
                     elsif ($cmd eq 'settles') { $reply = "$SETTLE{ran} $SETTLE{dropped}" }
                     elsif ($cmd eq 'mode') {
                         $mode = $a[0];
@@ -330,7 +333,10 @@ sub _from_client {
     $c->{to_u} .= $buf;
     # Which replies will be sync calls' (kept in step with Redis's replies, in order).
     $c->{seen} .= $buf;
-    push @{ $c->{kinds} }, map { _kind($_) } _take_command_texts(\$c->{seen});
+    my @texts = _take_command_texts(\$c->{seen});
+    our %SYNC;
+    $SYNC{count_calls} += grep { /\r\n\$5\r\ncount\r\n/ } @texts;
+    push @{ $c->{kinds} }, map { _kind($_) } @texts;
 }
 
 # 'sync:<the keys>' for a sync call, 'settle' for a charge or a refund, '' for anything else.
