@@ -89,7 +89,9 @@ rl_sync_item_t* rl_sync_item_push(rl_sync_batch_t* b, rl::Slot* slot, const rl::
     it->life = rl::slot_life(zs->zone->table, slot);
     it->algo = slot->algo;
     if (b->items.n * 2 > b->index_cap) {
-        index_build(b, b->index_cap > 0 ? 2 * b->index_cap : 64);
+        size_t cap = b->index_cap > 0 ? 2 * b->index_cap : 64;
+        while (cap < 2 * b->items.n) cap *= 2;  // (after a build that found no memory)
+        index_build(b, cap);
     } else {
         index_put(b, b->items.n - 1);
     }
