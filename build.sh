@@ -71,12 +71,25 @@ test_deps() {
         python3-grpcio:/usr/lib/python3/dist-packages/grpc chromium:/usr/bin/chromium lua5.1:luac5.1
 }
 
+# nginx's auto/make names an addon's objects with sed patterns that are not anchored (".c",
+# ".cc", ".cpp", ".S" anywhere in the path), so a build directory whose path holds a dot
+# followed by "c" or "S" (/tmp/tmp.S4b..., ~/my.code/...) gets a Makefile with mangled object
+# names ("No rule to make target"): said plainly here instead.
+objs_path_ok() {
+    case $1 in
+        *.[cS]*)
+            log "cannot build in $1: nginx's auto/make mangles object paths that hold \".c\" or \".S\" (move the checkout)"
+            exit 1 ;;
+    esac
+}
+
 # Configures the nginx tree $1 with objects in $2 (once per tree, arguments and module
 # sources), then runs make target $3 ('' for nginx and the module). The rest are configure's
 # arguments. CFLAGS is unset: when set, configure drops nginx's own -W -Wall -Werror.
 configure_make() {
     local src=$1 objs=$2 target=$3
     shift 3
+    objs_path_ok "$objs"
     local stamp="$objs/.configured"
     local want="$src $* $(cd "$ROOT" && cat config config.make && find src -name '*.cpp' -o -name '*.h' -o -name '*.lua' | LC_ALL=C sort)"
     if [[ ! -f $stamp || $(cat "$stamp") != "$want" || ! -f $objs/Makefile ]]; then
@@ -222,7 +235,8 @@ do_deb() {
         nginx-dev:/usr/share/nginx/src/configure libhiredis-dev:/usr/include/hiredis/hiredis.h \
         libnginx-mod-stream:/usr/lib/nginx/modules/ngx_stream_module.so
     local tmp
-    tmp=$(mktemp -d)
+    # No dot in the name: dpkg-buildpackage builds in it (objs_path_ok).
+    tmp=$(mktemp -d /tmp/rl-deb-XXXXXXXXXX)
     # shellcheck disable=SC2064
     trap "rm -rf '$tmp'" EXIT
     mkdir -p "$tmp/src" "$BUILD"
