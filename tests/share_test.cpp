@@ -243,6 +243,34 @@ TEST(ShareHost, RefillsAtItsRateUpToItsBurstAndTakesTheSmallerShareAtABoundary) 
 // ending is still in force (within the guard). All three are held: the share in force stays the
 // smaller of the two at the boundary, not nothing (its bucket was emptied, every request then
 // drew on the pool, in vain once another host's share held all of the burst).
+// A host holding no epoch (a cold key's, on every request) is advanced without the walk over
+// segments: the same as a host holding an epoch of nothing (which the walk goes through).
+TEST(ShareHost, AdvanceWithNothingHeldIsTheWalksOutcome) {
+    rl::Policy p = rltest::policy(rl::Algo::gcra, 1000, kSec, 20);
+    const int64_t guard = 2 * kMs;
+    for (int64_t from : {kT0 - kQ - 1, kT0 - 7 * kMs, kT0 + kQ - 1}) {
+        for (int64_t to : {kT0, kT0 + 1, kT0 + guard, kT0 + kQ + 3 * kMs, kT0 + 5 * kQ}) {
+            for (int64_t tokens : {int64_t{0}, int64_t{3} * p.token, int64_t{25} * p.token}) {
+                rl::HostShare none;
+                none.epoch_us = kQ;
+                none.tokens = tokens;
+                none.frac = tokens > 0 ? S / 3 : 0;
+                none.at = from;
+                rl::HostShare empty = none;  // an epoch held, of no rate and no burst
+                empty.held[0] = rl::Share{kT0 - kQ, 0, 0};
+                rl::share_advance(none, p, to, guard);
+                rl::share_advance(empty, p, to, guard);
+                const std::string where = "from " + std::to_string(from) + " to " + std::to_string(to);
+                EXPECT_EQ(none.tokens, empty.tokens) << where;
+                EXPECT_EQ(none.frac, empty.frac) << where;
+                EXPECT_EQ(none.at, empty.at) << where;
+                EXPECT_EQ(none.tokens, to > from ? 0 : tokens) << where;
+                EXPECT_EQ(none.at, to > from ? to : from) << where;
+            }
+        }
+    }
+}
+
 TEST(ShareHost, HoldsThreeEpochsAroundABoundary) {
     rl::Policy p = rltest::policy(rl::Algo::gcra, 100, kSec, 4);  // C = 5
     const int64_t guard = 2 * kMs;

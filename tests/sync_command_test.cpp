@@ -53,6 +53,14 @@ TEST(SyncCommand, CountForm) {
                        "$5\r\ncount\r\n$16\r\n1700000000000000\r\n$80\r\n" +
                        doubles({0, 10, 1000000, 2, 1, 100000, 300000, 1000000, 3, 0}) + "\r\n$3\r\nh-7\r\n";
     EXPECT_EQ(sync_cmd(rl::CommandScript::fcall, true, {it, b}, 1700000000LL * kSec, "h-7"), want);
+    // SyncForm::count (the caller found them in it): the same bytes, the items not looked at again.
+    std::vector<rl::SyncItem> both{it, b};
+    std::string c(rl::sync_command_len(rl::CommandScript::fcall, true, "rl:", both.data(), 2, 1700000000LL * kSec,
+                                       "h-7", rl::SyncForm::count), '?');
+    c.resize(rl::write_sync_command(c.data(), rl::CommandScript::fcall, true, "rl:", both.data(), 2,
+                                    1700000000LL * kSec, "h-7", rl::SyncForm::count));
+    EXPECT_TRUE(rl::sync_count_form(both.data(), 2));
+    EXPECT_EQ(c, want);
     EXPECT_LE(sync_cmd(rl::CommandScript::evalsha, false, {it, b}, 0, std::string(200, 'i')).size(),
               rl::sync_command_bound("rl:", nullptr, 2));
     auto general = [&](const rl::SyncItem& x) {
@@ -193,6 +201,36 @@ TEST(SyncCommand, DecodeReply) {
     EXPECT_FALSE(rl::decode_sync_reply(nullptr, 0, 0, nullptr, nullptr));
     int64_t only_now = 5;
     EXPECT_TRUE(rl::decode_sync_reply(&only_now, 1, 0, nullptr, nullptr));
+}
+
+// A count form's reply: five integers per item, no share fields; the general reply's length
+// does not decode as one, nor the other way round.
+TEST(SyncCommand, DecodeCountReply) {
+    std::vector<int64_t> v = {1700000000LL * kSec, 1700000000LL * kSec + 7, 3, 0, 1, 0,
+                              1700000000LL * kSec + 9, 0, 0, 0, rl::kNever};
+    rl::SyncResult out[2];
+    out[0].share.rate[0] = 9;  // written over: none
+    int64_t now = 0;
+    EXPECT_EQ(rl::sync_reply_len(2, true), v.size());
+    ASSERT_TRUE(rl::decode_sync_reply(v.data(), v.size(), 2, out, &now, true));
+    EXPECT_EQ(now, 1700000000LL * kSec);
+    EXPECT_EQ(out[0].global, (rl::State{1700000000LL * kSec + 7, 3, 0}));
+    EXPECT_EQ(out[0].granted, 1);
+    EXPECT_EQ(out[0].retry_after_us, 0);
+    EXPECT_EQ(out[0].share.rate[0], 0);
+    EXPECT_EQ(out[1].granted, 0);
+    EXPECT_EQ(out[1].retry_after_us, rl::kNever);
+    rl::SyncResult untouched[2];
+    untouched[0].granted = 99;
+    EXPECT_FALSE(rl::decode_sync_reply(v.data(), v.size(), 2, untouched, nullptr, false));
+    EXPECT_FALSE(rl::decode_sync_reply(v.data(), v.size() - 1, 2, untouched, nullptr, true));
+    std::vector<int64_t> w = v;
+    w[10] = -2;  // retry below kNever
+    EXPECT_FALSE(rl::decode_sync_reply(w.data(), w.size(), 2, untouched, nullptr, true));
+    w = v;
+    w[4] = rl::kExact + 1;  // granted beyond exact
+    EXPECT_FALSE(rl::decode_sync_reply(w.data(), w.size(), 2, untouched, nullptr, true));
+    EXPECT_EQ(untouched[0].granted, 99);
 }
 
 }  // namespace

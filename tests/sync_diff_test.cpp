@@ -75,7 +75,8 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
         }
         redisContext* c = conn_.get();
         std::string cmd = build(items, now, form, id);
-        count_calls_ += cmd.find("\r\n$5\r\ncount\r\n") != std::string::npos;
+        const bool counted = cmd.find("\r\n$5\r\ncount\r\n") != std::string::npos;  // its reply: no share fields
+        count_calls_ += counted;
         rltest::append(c, {"TIME"});
         rltest::append(c, {"MULTI"});
         redisAppendFormattedCommand(c, cmd.data(), cmd.size());
@@ -101,7 +102,7 @@ class SyncDiff : public ::testing::TestWithParam<rl::CommandScript> {
         std::vector<rl::SyncResult>& got = *results;
         got.resize(items.size());
         int64_t redis_now = -1;
-        ASSERT_TRUE(rl::decode_sync_reply(values.data(), values.size(), items.size(), got.data(), &redis_now))
+        ASSERT_TRUE(rl::decode_sync_reply(values.data(), values.size(), items.size(), got.data(), &redis_now, counted))
             << where << ": " << ::testing::PrintToString(values);
         ASSERT_EQ(redis_now, now);
         for (size_t i = 0; i < items.size(); i++) {
@@ -386,7 +387,8 @@ TEST_P(SyncDiff, CountCalls) {
                 for (size_t i = 0; i < r->elements; i++) values.push_back(r->element[i]->integer);
                 std::vector<rl::SyncResult> again(items.size());
                 int64_t redis_now = -1;
-                ASSERT_TRUE(rl::decode_sync_reply(values.data(), values.size(), items.size(), again.data(), &redis_now))
+                ASSERT_TRUE(rl::decode_sync_reply(values.data(), values.size(), items.size(), again.data(), &redis_now,
+                                                  count))
                     << where;
                 EXPECT_EQ(redis_now, now) << where;
                 for (size_t i = 0; i < items.size(); i++) {

@@ -188,9 +188,16 @@ Share share_effective(const HostShare& h, int64_t t, int64_t guard) {
 
 void share_advance(HostShare& h, const Policy& p, int64_t now, int64_t guard) {
     if (h.epoch_us <= 0 || now <= h.at) return;
-    int64_t g = clamp(guard, 0, (h.epoch_us - 1) / 2);
     int64_t last = 0;  // the end of the last epoch held: nothing refills beyond it
     for (const Share& s : h.held) last = max64(last, s.at == 0 ? 0 : s.at + h.epoch_us);
+    if (last == 0) {
+        // No epoch held (a cold key's, on every request): what the walk below comes to, as
+        // every share in force is none.
+        h.tokens = h.frac = 0;
+        h.at = now;
+        return;
+    }
+    int64_t g = clamp(guard, 0, (h.epoch_us - 1) / 2);
     int64_t t = h.at;
     while (t < now) {
         if (t >= last + g) {

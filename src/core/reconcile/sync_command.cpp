@@ -54,16 +54,15 @@ bool count_call(const SyncItem* items, size_t n) {
                          q.weight_scale != p.weight_scale)) {
             return false;
         }
+        // What the general form would send of these is 0 (signed_of: 0 only for 0; count_of: for
+        // anything <= 0), and want is need (as count_of sends them).
         const ShareAsk& sh = it.share;
-        const int64_t none[] = {signed_of(it.delta.units), signed_of(it.delta.prev), count_of(it.give_back),
-                                count_of(sh.epoch_us), count_of(sh.demand), count_of(sh.rate[0]),
-                                count_of(sh.rate[1]), count_of(sh.burst[0]), count_of(sh.burst[1]),
-                                count_of(sh.back_at), count_of(sh.back_rate[0]), count_of(sh.back_rate[1]),
-                                count_of(sh.back_burst[0]), count_of(sh.back_burst[1])};
-        for (int64_t v : none) {
-            if (v != 0) return false;
+        if (it.delta.units != 0 || it.delta.prev != 0 || it.give_back > 0 || sh.epoch_us > 0 || sh.demand > 0 ||
+            sh.rate[0] > 0 || sh.rate[1] > 0 || sh.burst[0] > 0 || sh.burst[1] > 0 || sh.back_at > 0 ||
+            sh.back_rate[0] > 0 || sh.back_rate[1] > 0 || sh.back_burst[0] > 0 || sh.back_burst[1] > 0 ||
+            count_of(it.want) != count_of(it.need)) {
+            return false;
         }
-        if (count_of(it.want) != count_of(it.need)) return false;
     }
     return true;
 }
@@ -160,7 +159,7 @@ size_t sync_command_len(CommandScript script, bool injected_time, std::string_vi
 size_t write_sync_command(char* buf, CommandScript script, bool injected_time, std::string_view prefix,
                           const SyncItem* items, size_t n, int64_t now_us, std::string_view call_id,
                           SyncForm form) noexcept {
-    if (form == SyncForm::best && count_call(items, n)) {
+    if (form == SyncForm::count || (form == SyncForm::best && count_call(items, n))) {
         return count_command(buf, script, injected_time, prefix, items, n, now_us, call_id);
     }
     return sync_command(buf, script, injected_time, prefix, items, n, now_us, call_id);
@@ -176,29 +175,32 @@ size_t sync_command_bound(std::string_view prefix, const SyncItem*, size_t n) no
            n * (key + kSyncItemBytes);
 }
 
-size_t sync_reply_len(size_t n) noexcept { return 1 + kSyncReplyPerItem * n; }
+size_t sync_reply_len(size_t n, bool counted) noexcept {
+    return 1 + (counted ? kSyncCountReplyPerItem : kSyncReplyPerItem) * n;
+}
 
-bool decode_sync_reply(const int64_t* values, size_t nvalues, size_t nitems, SyncResult* out,
-                       int64_t* redis_now) noexcept {
-    if (values == nullptr || nvalues != sync_reply_len(nitems) || (out == nullptr && nitems > 0)) return false;
+bool decode_sync_reply(const int64_t* values, size_t nvalues, size_t nitems, SyncResult* out, int64_t* redis_now,
+                       bool counted) noexcept {
+    if (values == nullptr || nvalues != sync_reply_len(nitems, counted) || (out == nullptr && nitems > 0)) return false;
+    const size_t per = counted ? kSyncCountReplyPerItem : kSyncReplyPerItem;
     // Redis's clock and a retry stay below kExact, as every time here: sums of two never overflow.
     if (values[0] < 0 || values[0] > kExact) return false;
     for (size_t i = 0; i < nitems; i++) {
-        const int64_t* v = values + 1 + kSyncReplyPerItem * i;
+        const int64_t* v = values + 1 + per * i;
         for (size_t j = 0; j < 3; j++) {
             if (v[j] < -kExact || v[j] > kExact) return false;
         }
         if (v[3] < 0 || v[3] > kExact || v[4] < kNever || v[4] > kExact) return false;
-        for (size_t j = 5; j < kSyncReplyPerItem; j++) {
+        for (size_t j = 5; j < per; j++) {
             if (v[j] < 0 || v[j] > kExact) return false;
         }
     }
     for (size_t i = 0; i < nitems; i++) {
-        const int64_t* v = values + 1 + kSyncReplyPerItem * i;
+        const int64_t* v = values + 1 + per * i;
         out[i].global = State{v[0], v[1], v[2]};
         out[i].granted = v[3];
         out[i].retry_after_us = v[4];
-        out[i].share = ShareGrant{v[5], {v[6], v[7]}, {v[8], v[9]}};
+        out[i].share = counted ? ShareGrant{} : ShareGrant{v[5], {v[6], v[7]}, {v[8], v[9]}};
     }
     if (redis_now != nullptr) *redis_now = values[0];
     return true;

@@ -23,7 +23,9 @@
 //   item's need (8 + n doubles). hosts and the times of an empty delta or give-back decide
 //   nothing then. The Lua decides each item exactly as sync_key (lua/13-sync.lua: inline, a
 //   value holding a book of shares through the general item code), writes the same states with
-//   the same TTLs, replies and keeps the reply under the call id as a sync call.
+//   the same TTLs, and keeps the reply under the call id as a sync call. Its reply has no
+//   ShareGrant (a count ask is granted none): {now_us, then per item a, b, c, granted,
+//   retry_after_us}.
 //     A bucket key holding shares keeps its book after its state: 12 doubles (96 bytes).
 //   Per item, at Redis's now (sync_key, which the Lua mirrors): give_back, apply_delta of the
 //   delta clamped to Redis's clock (clamp_delta), grant;
@@ -84,10 +86,12 @@ constexpr size_t kCountItemBytes = 8;        // need
 constexpr size_t kSyncCallIdMax = kCallIdMax;        // redis_command.h: the same call ids
 constexpr int64_t kSyncCallMemoryMs = kCallMemoryMs;
 constexpr size_t kSyncReplyPerItem = 10;
+constexpr size_t kSyncCountReplyPerItem = 5;  // the count form's: no share fields (a count ask gets none)
 
 // call_id: at most kSyncCallIdMax bytes (cut beyond), any bytes. SyncForm::best sends the count
-// form when the call allows it; general never does (the tests compare the two).
-enum class SyncForm : uint8_t { best, general };
+// form when the call allows it; general never does (the tests compare the two); count always
+// does: for items the caller found in it (sync_count_form), not looked at again.
+enum class SyncForm : uint8_t { best, general, count };
 size_t sync_command_len(CommandScript script, bool injected_time, std::string_view prefix, const SyncItem* items,
                         size_t n, int64_t now_us, std::string_view call_id = {},
                         SyncForm form = SyncForm::best) noexcept;
@@ -103,12 +107,14 @@ bool sync_count_form(const SyncItem* items, size_t n) noexcept;
 // call id of at most kSyncCallIdMax).
 size_t sync_command_bound(std::string_view prefix, const SyncItem* items, size_t n) noexcept;
 
-size_t sync_reply_len(size_t n) noexcept;  // 1 + 10 n integers
+// 1 + 10 n integers; a call in the count form (`counted`: sync_count_form) 1 + 5 n.
+size_t sync_reply_len(size_t n, bool counted = false) noexcept;
 // out[0..nitems) from the reply's integers; false, writing nothing, on a bad shape: a count
 // other than sync_reply_len, a state field beyond kExact, granted < 0 or beyond kExact,
-// retry < kNever, now < 0. (The caller checks granted against what it asked.)
-bool decode_sync_reply(const int64_t* values, size_t nvalues, size_t nitems, SyncResult* out,
-                       int64_t* redis_now) noexcept;
+// retry < kNever, now < 0. (The caller checks granted against what it asked.) A count form's
+// reply has no share fields: out's shares are none.
+bool decode_sync_reply(const int64_t* values, size_t nvalues, size_t nitems, SyncResult* out, int64_t* redis_now,
+                       bool counted = false) noexcept;
 
 // The heartbeat; host_id any bytes (a bulk string).
 size_t hosts_command_len(CommandScript script, bool injected_time, std::string_view prefix, std::string_view zone,

@@ -171,11 +171,12 @@ bool send_call(rl_sync_call_t* call, bool asking) {
         call->id_len = static_cast<uint8_t>(end - call->id);
     }
     std::string_view id(reinterpret_cast<const char*>(call->id), call->id_len);
-    len = rl::write_sync_command(buf, rl_node_script(call->node), false, prefix, items, call->n, 0, id);
+    len = rl::write_sync_command(buf, rl_node_script(call->node), false, prefix, items, call->n, 0, id,
+                                 call->counted ? rl::SyncForm::count : rl::SyncForm::general);
     call->sent_us = rl_sync_local_us();
     if (call->first_sent_us == 0) call->first_sent_us = call->sent_us;
     rl_conn_op_t* op = rl_node_send(call->node, reinterpret_cast<u_char*>(buf), len, on_call_reply, call, 1, asking);
-    if (op != nullptr) rl_conn_expect_ints(op, on_call_ints, rl::sync_reply_len(call->n));
+    if (op != nullptr) rl_conn_expect_ints(op, on_call_ints, rl::sync_reply_len(call->n, call->counted));
     return op != nullptr;
 }
 
@@ -240,7 +241,7 @@ taken_e take_values(rl_sync_call_t* call, const int64_t* values, size_t nvalues)
     auto* results = static_cast<rl::SyncResult*>(rl_redis_scratch(b->zs->redis, call->n * sizeof(rl::SyncResult)));
     if (results == nullptr) return BAD_SHAPE;
     int64_t redis_now = 0;
-    if (!rl::decode_sync_reply(values, nvalues, call->n, results, &redis_now)) return BAD_SHAPE;
+    if (!rl::decode_sync_reply(values, nvalues, call->n, results, &redis_now, call->counted)) return BAD_SHAPE;
 
     int64_t local = rl_sync_local_us();
     rl::ReplyBounds bounds;
@@ -319,7 +320,7 @@ taken_e take_values(rl_sync_call_t* call, const int64_t* values, size_t nvalues)
 
 // The same from hiredis's reply (one the connection did not read as integers).
 taken_e take_reply(rl_sync_call_t* call, const redisReply* reply) {
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != rl::sync_reply_len(call->n)) return BAD_SHAPE;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != rl::sync_reply_len(call->n, call->counted)) return BAD_SHAPE;
     size_t nvalues = reply->elements;
     auto* values = static_cast<int64_t*>(ngx_alloc(nvalues * sizeof(int64_t), rl_sync_log));
     if (values == nullptr) return BAD_SHAPE;

@@ -112,10 +112,7 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                 // Shares: its demand over the last two rounds (an epoch), its next share, more
                 // of this one if short; given back once unused for two epochs.
                 const int64_t epoch = rl_sync_epoch_us(zone);
-                int64_t units = k->spent + k->rate;
-                int64_t span = rl::share_demand_span(k->rate > 0 ? epoch : zone->sync_us, k->asks.since, now,
-                                                     zone->sync_us / 2);
-                int64_t demand = rl::share_demand(*p, units, span);
+                const int64_t units = k->spent + k->rate, last_rate = k->rate;
                 k->rate = k->spent;
                 k->spent = 0;
                 bool holds = rl::share_holds_any(k->share);
@@ -125,7 +122,9 @@ void collect(rl_sync_zone_t* zs, rl_sync_batch_t* b, bool final) {
                 } else if (!final && units > 0 && (holds || rl::warmth_hot(k->warmth, now, zone->sync_us)) &&
                            (k->asked_at == 0 || now - k->asked_at >= kRlStaleAsk)) {
                     // (A cold key holding no share asks none: its requests are asked for one by one.)
-                    si.share = rl::share_round_ask(k->share, k->asks, *p, epoch, now, demand);
+                    int64_t span = rl::share_demand_span(last_rate > 0 ? epoch : zone->sync_us, k->asks.since, now,
+                                                         zone->sync_us / 2);
+                    si.share = rl::share_round_ask(k->share, k->asks, *p, epoch, now, rl::share_demand(*p, units, span));
                     si.want = rl::share_units_wanted(si.share);
                     if (si.share.epoch_us > 0) k->asked_at = now;
                 }

@@ -389,6 +389,8 @@ local function sync_count(keys, argv)
       local err = items({key}, string.sub(blob, 1, 64) .. spack('<dddddddddddddddddddd', 0, 0, 0, need, need, 1, 0,
                         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), out)
       if err then return err end
+      local o = #out  -- a count ask is granted no share: its five share fields (0) are not sent
+      out[o - 4], out[o - 3], out[o - 2], out[o - 1], out[o] = nil, nil, nil, nil, nil
     else
       local a, b, c = 0, 0, 0
       if s then a, b, c = sunpack('<ddd', s) end
@@ -431,7 +433,6 @@ local function sync_count(keys, argv)
       end
       local o = #out
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = a, b, c, granted, retry
-      out[o + 6], out[o + 7], out[o + 8], out[o + 9], out[o + 10] = 0, 0, 0, 0, 0
     end
   end
   remember(marker, out)
