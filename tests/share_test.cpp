@@ -443,6 +443,14 @@ TEST(ShareHost, AsksFollowDemand) {
     rl::share_asks_reply(a, sent, r, kT0 + 10);
     EXPECT_FALSE(rl::share_may_draw(a, kQ, kT0 + 20));
     EXPECT_TRUE(rl::share_may_draw(a, kQ, kT0 + kQ));
+    // Dry in the epoch Redis decided the draw in: one decided 23 us before a boundary (where
+    // this host's ending share may hold all of the burst) leaves the next epoch's draws free,
+    // however late its reply comes back. (Marked at the reply's arrival, the next epoch went
+    // dry: every request beyond its share rejected for a whole epoch under a limit of 10^9/s.)
+    a = rl::ShareAsks{};
+    rl::share_asks_reply(a, sent, r, kT0 + 2 * kQ - 23);
+    EXPECT_FALSE(rl::share_may_draw(a, kQ, kT0 + 2 * kQ - 10));
+    EXPECT_TRUE(rl::share_may_draw(a, kQ, kT0 + 2 * kQ + 600));
 }
 
 }  // namespace

@@ -500,7 +500,7 @@ class Sim {
             if (first_fault_.empty()) first_fault_ = rl::reply_fault_text(f);
         }
         int64_t got = rl::take_share_reply(h.share, msg.item, msg.result, ht, guard_);
-        rl::share_asks_reply(h.asks, msg.item, msg.result, ht);
+        rl::share_asks_reply(h.asks, msg.item, msg.result, msg.redis_at);
         if (asks(msg.item)) h.asking--;
         // The requests that waited: admitted by Redis if their need fitted (at the grant, as a
         // lease's), unless they gave up waiting (a reply later than a second: replayed after a loss).

@@ -397,9 +397,11 @@ ShareAsk share_draw_ask(int64_t epoch_us) {
     return ask;
 }
 
-void share_asks_reply(ShareAsks& a, const SyncItem& sent, const SyncResult& r, int64_t now) {
+void share_asks_reply(ShareAsks& a, const SyncItem& sent, const SyncResult& r, int64_t redis_at) {
     if (sent.share.rate[1] > 0) a.capped = r.share.rate[1] < sent.share.rate[1] ? 1 : 0;
-    if (sent.need > 0 && r.granted < sent.need && sent.share.epoch_us > 0) a.dry = window_start(now, sent.share.epoch_us);
+    if (sent.need > 0 && r.granted < sent.need && sent.share.epoch_us > 0) {
+        a.dry = window_start(redis_at, sent.share.epoch_us);
+    }
 }
 
 }  // namespace rl

@@ -183,7 +183,10 @@ ShareAsk share_round_ask(const HostShare& h, ShareAsks& a, const Policy& p, int6
 // Redis's book holds no other.
 ShareAsk share_give_back_ask(HostShare& h, const Policy& p, int64_t now, int64_t guard, int64_t* units);
 
-// After a reply (at `now`): whether the rate is all taken, and the pool dry.
-void share_asks_reply(ShareAsks& a, const SyncItem& sent, const SyncResult& r, int64_t now);
+// After a reply decided at `redis_at` (Redis's clock): whether the rate is all taken, and the
+// pool dry in the epoch of that decision. (Not the epoch the reply came back in: a draw found
+// dry at the end of an epoch, where this host's ending share may hold all of the burst, says
+// nothing of the next; marking the next dry rejected its requests for all of it.)
+void share_asks_reply(ShareAsks& a, const SyncItem& sent, const SyncResult& r, int64_t redis_at);
 
 }  // namespace rl

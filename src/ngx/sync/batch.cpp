@@ -282,7 +282,7 @@ taken_e take_values(rl_sync_call_t* call, const int64_t* values, size_t nvalues)
                 int64_t now_here = local + h->offset_us;
                 it.got = rl::take_share_reply(k->share, it.si, results[i], now_here, rl_sync_guard_us(zone));
                 it.need_granted = it.got > 0;
-                rl::share_asks_reply(k->asks, it.si, results[i], now_here);
+                rl::share_asks_reply(k->asks, it.si, results[i], redis_now);
                 slot->state = results[i].global;
             }
             if (it.si.want > 0 || it.si.need > 0 || it.si.share.epoch_us > 0) k->asked_at = 0;
